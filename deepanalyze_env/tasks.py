@@ -1,0 +1,80 @@
+"""Task files → dataset rows (DESIGN contract 1), with the user message in DeepAnalyze's layout.
+
+The layout (``# Instruction`` … ``# Data`` then one ``File N: {"name", "size"}`` line per file,
+sizes in KB with one decimal, base 1024) is what DeepAnalyze models saw in training; keeping it
+byte-for-byte avoids a prompt-distribution shift when fine-tuning them further.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from deepanalyze_env import ENV_ID
+from deepanalyze_env.config import ConfigError
+from deepanalyze_env.env import resolve_workspace
+
+TASK_KEYS = ("id", "method", "instruction", "reward_spec")
+
+
+def format_size(num_bytes: int) -> str:
+    return f"{num_bytes / 1024:.1f}KB"
+
+
+def render_user_message(instruction: str, workspace: Path | None) -> str:
+    files = sorted(p for p in workspace.iterdir() if p.is_file()) if workspace else []
+    if not files:
+        return f"# Instruction\n{instruction}"
+    lines = [
+        f"File {i}: "
+        + json.dumps({"name": p.name, "size": format_size(p.stat().st_size)}, ensure_ascii=False)
+        for i, p in enumerate(files, 1)
+    ]
+    return f"# Instruction\n{instruction}\n\n# Data\n" + "\n".join(lines)
+
+
+def is_dataset_row(obj: dict[str, Any]) -> bool:
+    return "prompt" in obj and "reward_spec" in obj
+
+
+def task_to_row(task: dict[str, Any], workspace_root: str | None) -> dict[str, Any]:
+    missing = [k for k in TASK_KEYS if k not in task]
+    if missing:
+        raise ConfigError(f"task {task.get('id', '?')!r} is missing {', '.join(missing)}")
+    workspace = resolve_workspace(workspace_root, task.get("data"), task.get("workspace_id"))
+    return {
+        "prompt": [{"role": "user", "content": render_user_message(task["instruction"], workspace)}],
+        "env_class": ENV_ID,
+        "reward_spec": task["reward_spec"],
+        "data": task.get("data"),
+        "workspace_id": task.get("workspace_id"),
+        "input_seq": task.get("input_seq") or task["instruction"],
+        "task_id": task["id"],
+    }
+
+
+def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{lineno}: not valid JSON ({exc.msg})")
+
+
+def load_rows(paths: Iterable[str | Path], workspace_root: str | None) -> list[dict[str, Any]]:
+    """Task files and dataset rows alike, in file order."""
+    rows = []
+    for path in paths:
+        for obj in read_jsonl(path):
+            rows.append(dict(obj) if is_dataset_row(obj) else task_to_row(obj, workspace_root))
+    return rows
+
+
+def env_extras(row: dict[str, Any]) -> dict[str, Any]:
+    """Everything but ``prompt``/``env_class`` reaches the env, as SkyRL's dataset does it."""
+    return {k: v for k, v in row.items() if k not in ("prompt", "env_class")}

@@ -1,0 +1,21 @@
+"""Reward functions, methods and the plan that scores an episode (DESIGN contracts 4–5)."""
+
+from __future__ import annotations
+
+from rewards import components as _components  # noqa: F401  (registers the built-ins)
+from rewards.methods import Method, get_method, register_method
+from rewards.plan import RewardContext, RewardOutcome, RewardPlan
+from rewards.registry import RewardSpecError, register_reward, registered_names, resolve
+
+__all__ = [
+    "Method",
+    "RewardContext",
+    "RewardOutcome",
+    "RewardPlan",
+    "RewardSpecError",
+    "get_method",
+    "register_method",
+    "register_reward",
+    "registered_names",
+    "resolve",
+]

@@ -1,0 +1,327 @@
+"""Kernel fork server: imports the data-science stack once, then forks one worker per episode.
+
+Runs as a standalone script under ``executor.python`` (which may be another virtualenv), so it
+imports nothing from this project: standard library only.
+
+Why a fork server: a fresh interpreter per cell costs ~400 ms and ``spawn`` per cell ~300 ms;
+forking a worker from a parent that already imported pandas/sklearn costs ~15 ms once per
+episode, after which each cell is a pipe round-trip to a live process.
+
+Protocol (AF_UNIX stream socket, every message = 4-byte big-endian length + JSON):
+- the env connects and sends ``{"op": "spawn", ...}`` with the write end of its output pipe
+  attached (SCM_RIGHTS); the server forks, and the child keeps the connection as its control
+  channel, replies ``{"pid": ...}`` and then answers ``{"op": "cell", "code": ...}`` requests
+  with ``{"status": "ok"|"error", ...}`` after the cell's output went into the pipe.
+- the server exits (killing its workers) when its stdin reaches EOF, i.e. when the process that
+  started it is gone, whichever thread started it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import gc
+import importlib
+import io
+import json
+import linecache
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import traceback
+
+_HEADER = struct.Struct(">I")
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+KERNEL_DISTRIBUTIONS = (
+    "pandas",
+    "numpy",
+    "scipy",
+    "matplotlib",
+    "seaborn",
+    "scikit-learn",
+    "statsmodels",
+    "networkx",
+    "openpyxl",
+)
+CELL_FILENAME = "<string>"  # the name DeepAnalyze's executor showed in tracebacks
+
+
+def _prctl(option: int, value: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the protection is simply absent
+        pass
+
+
+def send_msg(sock: socket.socket, obj: dict, fds: list[int] | None = None) -> None:
+    payload = json.dumps(obj).encode("utf-8")
+    data = _HEADER.pack(len(payload)) + payload
+    if fds:
+        socket.send_fds(sock, [data], fds)
+    else:
+        sock.sendall(data)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    chunks = []
+    while n:
+        chunk = sock.recv(n)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv_msg(sock: socket.socket, with_fds: bool = False):
+    """Returns the decoded message (and received fds when asked), or None on EOF."""
+    fds: list[int] = []
+    if with_fds:
+        head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, 4)
+        if not head:
+            return (None, fds)
+        if len(head) < _HEADER.size:
+            rest = _recv_exact(sock, _HEADER.size - len(head))
+            if rest is None:
+                return (None, fds)
+            head += rest
+    else:
+        head = _recv_exact(sock, _HEADER.size)
+        if head is None:
+            return None
+    (length,) = _HEADER.unpack(head)
+    body = _recv_exact(sock, length)
+    msg = None if body is None else json.loads(body.decode("utf-8"))
+    return (msg, fds) if with_fds else msg
+
+
+# ----------------------------------------------------------------------------- worker side
+
+
+def _format_exception(exc: BaseException, source: str) -> str:
+    """Render an exception in the shape DeepAnalyze models were trained on.
+
+    ``Traceback`` header, the frames that belong to the cell (``File "<string>", line N`` plus
+    the stripped source line), then ``Type: message``. Frames inside libraries are left out:
+    the model can only act on its own lines.
+    """
+    if isinstance(exc, SyntaxError) and exc.filename == CELL_FILENAME:
+        return "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+    lines = source.splitlines()
+    out = ["Traceback (most recent call last):"]
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename != CELL_FILENAME:
+            continue
+        out.append(f'  File "{CELL_FILENAME}", line {frame.lineno}, in {frame.name}')
+        if frame.lineno and 0 < frame.lineno <= len(lines):
+            out.append(f"    {lines[frame.lineno - 1].strip()}")
+    out.append("".join(traceback.format_exception_only(type(exc), exc)).rstrip())
+    return "\n".join(out)
+
+
+def _reset_cell_state(workspace: str) -> None:
+    os.chdir(workspace)
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        try:
+            plt.close("all")
+        except Exception:
+            pass
+
+
+def _run_cell(code: str, namespace: dict) -> tuple[str, str | None]:
+    linecache.cache[CELL_FILENAME] = (len(code), None, code.splitlines(True), CELL_FILENAME)
+    try:
+        compiled = compile(code, CELL_FILENAME, "exec")
+        exec(compiled, namespace)
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt are the cell's failures too
+        text = _format_exception(exc, code)
+        try:
+            sys.stdout.flush()
+        except Exception:
+            pass
+        sys.stderr.write("[Error]:\n" + text + "\n")
+        return "error", type(exc).__name__
+    return "ok", None
+
+
+def _worker_main(conn: socket.socket, out_fd: int, spec: dict) -> None:
+    os.setsid()  # own process group: the env kills the whole tree with one killpg
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(out_fd, 1)
+    os.dup2(out_fd, 2)
+    os.close(out_fd)
+    # One ordered stream: both Python streams write straight through to the shared pipe.
+    sys.stdout = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True
+    )
+    memory_mb = spec.get("memory_mb")
+    if memory_mb:
+        # Address space beyond what the preloaded stack already maps.
+        with open("/proc/self/statm") as fh:
+            baseline = int(fh.read().split()[0]) * resource.getpagesize()
+        limit = baseline + int(memory_mb) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    cpu_backstop = spec.get("cpu_backstop_s")
+    if cpu_backstop:
+        resource.setrlimit(resource.RLIMIT_CPU, (int(cpu_backstop), int(cpu_backstop) + 5))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    workspace = spec["workspace"]
+    os.chdir(workspace)
+    stateful = bool(spec.get("stateful"))
+    persistent: dict = {"__name__": "__main__", "__builtins__": builtins}
+    send_msg(conn, {"pid": os.getpid()})
+    while True:
+        msg = recv_msg(conn)
+        if msg is None or msg.get("op") != "cell":
+            os._exit(0)
+        _reset_cell_state(workspace)
+        namespace = persistent if stateful else {"__name__": "__main__", "__builtins__": builtins}
+        status, error_type = _run_cell(msg["code"], namespace)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        send_msg(conn, {"status": status, "error_type": error_type})
+
+
+# ----------------------------------------------------------------------------- server side
+
+
+def _preload(modules: list[str]) -> dict[str, str]:
+    failed: dict[str, str] = {}
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+    except Exception as exc:
+        failed["matplotlib"] = repr(exc)
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            failed[name] = f"{type(exc).__name__}: {exc}"
+    return failed
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    found = {"python": sys.version.split()[0]}
+    for dist in KERNEL_DISTRIBUTIONS:
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _kill_orphans(live_workers: set[int]) -> None:
+    """Kill processes reparented to this server (it is their subreaper) whose worker is gone."""
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if pid in live_workers:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == me:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _reap(workers: set[int]) -> bool:
+    reaped = False
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped
+        if pid == 0:
+            return reaped
+        workers.discard(pid)
+        reaped = True
+
+
+def serve(sock_path: str, config: dict) -> None:
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    failed = _preload(list(config.get("preload", [])))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sock_path)
+    listener.listen(128)
+    ready = {"ready": True, "pid": os.getpid(), "versions": _versions(), "failed_preloads": failed}
+    sys.stdout.write(json.dumps(ready) + "\n")
+    sys.stdout.flush()
+    gc.collect()
+    gc.freeze()  # keep preloaded objects out of future collections: fewer copy-on-write pages
+    workers: set[int] = set()
+    stdin_fd = sys.stdin.fileno()
+    while True:
+        readable, _, _ = select.select([listener, stdin_fd], [], [], 0.5)
+        if _reap(workers):
+            _kill_orphans(workers)
+        if stdin_fd in readable and not os.read(stdin_fd, 4096):
+            break  # our owner is gone
+        if listener not in readable:
+            continue
+        conn, _ = listener.accept()
+        try:
+            spec, fds = recv_msg(conn, with_fds=True)
+        except (OSError, ValueError):
+            conn.close()
+            continue
+        if spec is None or spec.get("op") != "spawn" or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+            continue
+        pid = os.fork()
+        if pid == 0:
+            try:
+                listener.close()
+                os.close(stdin_fd)
+                _worker_main(conn, fds[0], spec)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(70)
+        workers.add(pid)
+        conn.close()
+        os.close(fds[0])
+    for pid in list(workers):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    _kill_orphans(set())
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], json.loads(sys.argv[2]))
