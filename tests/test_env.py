@@ -1,0 +1,274 @@
+"""DeepAnalyzeEnv end to end through the real skyrl_gym registry, real kernels and workspaces."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+import skyrl_gym
+
+import deepanalyze_env
+from deepanalyze_env.config import ConfigError
+from rewards import register_reward
+from tests.conftest import code, qa_extras, wait_gone
+
+ANSWER_B = "<Analyze>done</Analyze>\n<Answer>\nStore B has the most.\nAnswer: B\n</Answer>"
+PROMPT = [{"role": "user", "content": "Which store has the highest revenue?"}]
+
+
+@register_reward("test_needs_judge", needs_judge=True)
+def _needs_judge(answer: str | None) -> float:
+    return 1.0
+
+
+def make(root: Path, extras: dict | None = None, **config):
+    config.setdefault("workspace_root", str(root))
+    config.setdefault("executor", {"timeout_s": 2})
+    return skyrl_gym.make("deepanalyze", env_config=config, extras=extras or qa_extras())
+
+
+@pytest.fixture
+def env(workspace_root: Path):
+    e = make(workspace_root)
+    e.init(PROMPT)
+    yield e
+    e.close()
+
+
+def test_import_registers_the_env_id():
+    assert "deepanalyze" in skyrl_gym.registry
+
+
+def test_registration_is_idempotent():
+    deepanalyze_env.register()
+    importlib.reload(deepanalyze_env)
+    deepanalyze_env.register()
+    assert skyrl_gym.registry["deepanalyze"].entry_point == "deepanalyze_env.env:DeepAnalyzeEnv"
+
+
+def test_full_episode_produces_contract_metadata(env):
+    first = env.step(
+        code("import pandas as pd\nprint(pd.read_csv('sales.csv').groupby('store').revenue.sum())")
+    )
+    assert first["done"] is False and first["reward"] == 0.0
+    assert first["metadata"]["code_pass"] == 1
+    assert first["metadata"]["exec"]["status"] == "ok"
+    assert set(first["metadata"]["exec"]) == {"status", "elapsed_ms", "truncated"}
+    obs = first["observations"][0]
+    assert obs["role"] == "user"
+    assert obs["content"].startswith("\n<Execute>\n") and obs["content"].endswith("\n</Execute>\n")
+    assert "32" in obs["content"]
+
+    error = env.step(code("print(undefined_name)"))
+    assert error["metadata"]["code_pass"] == 0 and error["metadata"]["exec"]["status"] == "error"
+    assert "NameError" in error["observations"][0]["content"]
+
+    timeout = env.step(code("while True:\n    pass"))
+    assert timeout["metadata"]["exec"]["status"] == "timeout" and timeout["metadata"]["code_pass"] == 0
+
+    final = env.step(ANSWER_B)
+    assert final["done"] is True and final["observations"] == []
+    meta = final["metadata"]
+    assert meta["reward_status"] == "scored"
+    assert meta["reward_components"] == {"qa_accuracy": 1.0, "qa_exact": 1.0}
+    assert final["reward"] == 1.0
+    assert meta["format_ok"] is True and meta["gate"] is None
+    assert meta["termination"] == "answer"
+    assert meta["code_pass"] == [1, 0, 0]
+    assert meta["turns"] == 4
+    assert "error" not in meta
+
+
+def test_text_after_the_closing_code_tag_is_dropped(env):
+    out = env.step(code("print(1)") + "\n<Answer>Answer: B</Answer>")
+    assert out["done"] is False
+    assert out["postprocessed_action"].endswith("</Code>")
+
+
+def test_turn_without_code_is_a_failed_turn_with_a_clear_observation(env):
+    out = env.step("<Analyze>I am thinking</Analyze>")
+    assert out["metadata"]["exec"]["status"] == "no_code" and out["metadata"]["code_pass"] == 0
+    assert "No code was found" in out["observations"][0]["content"]
+
+
+def test_printed_tags_do_not_satisfy_the_gate(env):
+    env.step("<Code>\nt = 'Analyze>'\nprint('<' + t + 'x</' + t)\n</Code>")
+    assert "<Analyze>x</Analyze>" in env.messages[-1]["content"]
+    out = env.step("<Answer>Answer: B</Answer>")
+    assert out["reward"] == -1.0
+    assert out["metadata"]["reward_components"] == {"format_gate": -1.0}
+    assert out["metadata"]["gate"] == "tags" and out["metadata"]["format_ok"] is False
+
+
+def test_wrong_answer_scores_zero(env):
+    out = env.step(ANSWER_B.replace("Answer: B", "Answer: A"))
+    assert out["reward"] == 0.0 and out["metadata"]["reward_components"]["qa_accuracy"] == 0.0
+
+
+def test_observation_role_comes_from_config(workspace_root):
+    e = make(workspace_root, observation_role="tool")
+    e.init(PROMPT)
+    try:
+        assert e.step(code("print(1)"))["observations"][0]["role"] == "tool"
+    finally:
+        e.close()
+
+
+def test_row_max_turns_wins_over_config(workspace_root):
+    e = make(workspace_root, qa_extras(max_turns=2), max_turns=5)
+    e.init(PROMPT)
+    try:
+        assert e.step(code("print(1)"))["done"] is False
+        last = e.step(code("print(2)"))
+        assert last["done"] is True and last["metadata"]["termination"] == "max_turns"
+        assert last["reward"] == -1.0  # never answered: the gate fails
+        assert last["metadata"]["code_pass"] == [1]  # the last turn's code is not run
+    finally:
+        e.close()
+
+
+def test_config_max_turns_is_the_default(workspace_root):
+    e = make(workspace_root, max_turns=1)
+    e.init(PROMPT)
+    try:
+        assert e.step(code("print(1)"))["metadata"]["termination"] == "max_turns"
+    finally:
+        e.close()
+
+
+def test_protocol_system_prompt_is_prepended(workspace_root):
+    e = make(workspace_root, system_prompt="protocol")
+    messages, _ = e.init(PROMPT)
+    e.close()
+    assert messages[0]["role"] == "system" and "<Code>" in messages[0]["content"]
+    assert "<Answer>" in messages[0]["content"] and messages[1:] == PROMPT
+
+
+def test_system_prompt_from_a_file(workspace_root, tmp_path):
+    path = tmp_path / "sys.md"
+    path.write_text("Be brief.")
+    e = make(workspace_root, system_prompt=str(path))
+    messages, _ = e.init(PROMPT)
+    e.close()
+    assert messages[0] == {"role": "system", "content": "Be brief."}
+
+
+def test_no_system_prompt_by_default(env):
+    assert env.messages[0]["role"] == "user"
+
+
+@pytest.mark.parametrize(
+    ("config", "extras", "message"),
+    [
+        ({"executor": {"timout_s": 3}}, None, r"unknown key env_config\.executor\.timout_s"),
+        ({"max_turn": 3}, None, r"unknown key env_config\.max_turn"),
+        ({}, {"data": "data", "workspace_id": "ws"}, "reward_spec is missing"),
+        ({}, qa_extras(workspace_id="nope"), "workspace folder does not exist"),
+        ({"workspace_root": ""}, None, "workspace_root is not set"),
+        (
+            {},
+            qa_extras(reward_spec={"method": "datatask", "function": ["test_needs_judge"]}),
+            "needs a judge",
+        ),
+        ({}, qa_extras(reward_spec={"method": "qa", "function": ["nope_fn"]}), "unknown reward function"),
+        ({"profile": "v9"}, None, "profile must be one of"),
+        ({"system_prompt": "/no/such/prompt.md"}, None, "no such file"),
+        ({"executor": {"timeout_s": "soon"}}, None, "must be a number"),
+    ],
+)
+def test_bad_settings_fail_at_construction_naming_the_problem(workspace_root, config, extras, message):
+    with pytest.raises(ConfigError, match=message):
+        make(workspace_root, extras, **config)
+
+
+def test_agent_cannot_modify_the_source_data(env, workspace_root):
+    source = workspace_root / "data" / "ws" / "sales.csv"
+    before = source.read_bytes()
+    out = env.step(
+        code("import os\nos.remove('sales.csv')\nopen('new.txt', 'w').write('x')\nprint(os.listdir('.'))")
+    )
+    assert out["metadata"]["code_pass"] == 1
+    assert source.read_bytes() == before
+    assert sorted(p.name for p in source.parent.iterdir()) == ["sales.csv"]
+
+
+def test_close_removes_the_scratch_folder_and_the_worker(workspace_root):
+    e = make(workspace_root)
+    e.init(PROMPT)
+    scratch, pid = e.workspace.path, e.kernel.pid
+    assert scratch.is_dir()
+    e.close()
+    e.close()  # idempotent
+    assert not scratch.exists()
+    assert wait_gone(pid)
+
+
+def test_task_without_workspace_runs_code_in_an_empty_folder(workspace_root):
+    e = make(workspace_root, qa_extras(data=None, workspace_id=None))
+    e.init(PROMPT)
+    try:
+        assert e.step(code("import os\nprint(os.listdir('.'))"))["observations"][0]["content"] == (
+            "\n<Execute>\n[]\n\n</Execute>\n"
+        )
+    finally:
+        e.close()
+
+
+def test_step_never_raises_for_strange_actions(env):
+    for action in [
+        "",
+        "\x00\x00",
+        "<Code>",
+        "</Code></Code>",
+        "<Code>```python\n\ud800\n```</Code>",
+        "é" * 10000,
+    ]:
+        out = env.step(action)
+        assert out["done"] is False and out["metadata"]["code_pass"] == 0
+
+
+def test_worker_killed_from_outside_is_an_environment_error(env):
+    env.step(code("print(1)"))
+    os.kill(env.kernel.pid, 9)
+    assert wait_gone(env.kernel.pid)
+    out = env.step(code("print(2)"))
+    assert out["done"] is True
+    assert out["metadata"]["reward_status"] == "environment_error"
+    assert isinstance(out["reward"], float)
+    assert "died between cells" in out["metadata"]["error"]
+
+
+def test_step_after_done_repeats_the_final_result(env):
+    final = env.step(ANSWER_B)
+    again = env.step(code("print(1)"))
+    assert again["done"] is True and again["reward"] == final["reward"]
+
+
+def test_metrics_are_numeric(env):
+    env.step(code("print(1)"))
+    env.step(ANSWER_B)
+    metrics = env.get_metrics()
+    assert metrics["turns"] == 2 and metrics["code_pass_rate"] == 1.0
+    assert metrics["reward/qa_accuracy"] == 1.0 and metrics["status_scored"] == 1.0
+    assert all(isinstance(v, int | float) for v in metrics.values())
+
+
+def test_records_are_appended_on_close(workspace_root, tmp_path):
+    records = tmp_path / "records"
+    e = make(workspace_root, qa_extras(task_id="t-1"), records_dir=str(records), policy_id="pol-7")
+    e.init(PROMPT)
+    e.step(code("print(1)"))
+    e.step(ANSWER_B)
+    e.close()
+    [path] = list(records.glob("episodes-*.jsonl"))
+    assert path.name.endswith(f"-{os.getpid()}.jsonl")
+    [line] = path.read_text().splitlines()
+    record = json.loads(line)
+    assert record["task_id"] == "t-1" and record["reward"] == 1.0
+    assert [m["role"] for m in record["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert record["versions"]["policy_id"] == "pol-7"
+    assert record["versions"]["kernel"]["pandas"]
+    assert record["reward_spec"] == {"method": "qa", "ground_truth": "B"}

@@ -1,0 +1,205 @@
+"""The executor: real worker processes forked from the real kernel server."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_gone
+from tools.kernel import Kernel
+
+
+@pytest.fixture
+def kernel(tmp_path: Path):
+    (tmp_path / "data.csv").write_text("a,b\n1,2\n3,4\n")
+    k = Kernel(tmp_path, timeout_s=2.0, max_output_chars=2000)
+    yield k
+    k.close()
+
+
+def test_cell_output_is_captured(kernel: Kernel):
+    result = kernel.run("print('hello')")
+    assert (result.status, result.output) == ("ok", "hello\n")
+
+
+def test_empty_output_is_a_pass(kernel: Kernel):
+    result = kernel.run("x = 1")
+    assert result.passed and result.output == ""
+
+
+def test_stdout_and_stderr_are_interleaved_in_order(kernel: Kernel):
+    result = kernel.run("import sys\nprint('one')\nsys.stderr.write('two\\n')\nprint('three')")
+    assert result.output == "one\ntwo\nthree\n"
+
+
+def test_output_of_subprocesses_is_captured(kernel: Kernel):
+    result = kernel.run("import os\nos.system('echo from-shell')")
+    assert "from-shell" in result.output
+
+
+def test_exception_renders_traceback_at_the_users_line(kernel: Kernel):
+    result = kernel.run("x = 1\ny = [1, 2]\nprint(y[5])")
+    assert result.status == "error"
+    assert result.output.startswith("[Error]:\nTraceback (most recent call last):\n")
+    assert '  File "<string>", line 3, in <module>\n    print(y[5])\n' in result.output
+    assert result.output.rstrip().endswith("IndexError: list index out of range")
+
+
+def test_output_before_an_exception_is_kept(kernel: Kernel):
+    result = kernel.run("print('partial')\nraise ValueError('bad value')")
+    assert result.output.startswith("partial\n[Error]:\n")
+    assert "ValueError: bad value" in result.output
+
+
+def test_exception_inside_library_points_at_the_calling_line(kernel: Kernel):
+    result = kernel.run("import pandas as pd\ndf = pd.read_csv('data.csv')\ndf['missing_col']")
+    assert result.status == "error"
+    assert "line 3" in result.output and "df['missing_col']" in result.output
+    assert "KeyError" in result.output
+    assert "site-packages" not in result.output
+
+
+def test_syntax_error_is_an_error_with_location(kernel: Kernel):
+    result = kernel.run("print(")
+    assert result.status == "error"
+    assert result.output.startswith("[Error]:\n") and "SyntaxError" in result.output
+
+
+def test_system_exit_is_an_error_not_a_crash(kernel: Kernel):
+    result = kernel.run("import sys\nsys.exit(0)")
+    assert result.status == "error" and "SystemExit" in result.output
+    assert kernel.run("print('alive')").output == "alive\n"
+
+
+def test_timeout_is_enforced_by_wall_clock(kernel: Kernel):
+    start = time.monotonic()
+    result = kernel.run("import time\nprint('started', flush=True)\ntime.sleep(60)")
+    assert result.status == "timeout"
+    assert time.monotonic() - start < 2.0 + 1.5
+    assert result.output.startswith("started\n")
+    assert "did not finish within 2 seconds" in result.output
+
+
+def test_next_cell_works_after_a_timeout(kernel: Kernel):
+    kernel.run("while True:\n    pass")
+    assert kernel.run("print(6 * 7)").output == "42\n"
+
+
+def test_timeout_kills_the_cells_child_processes(kernel: Kernel):
+    result = kernel.run(
+        "import subprocess, time\np = subprocess.Popen(['sleep', '300'])\n"
+        "print(p.pid, flush=True)\ntime.sleep(60)"
+    )
+    assert result.status == "timeout"
+    child = int(result.output.split()[0])
+    assert wait_gone(child)
+
+
+def test_process_death_is_reported_as_crashed(kernel: Kernel):
+    result = kernel.run("import os\nos._exit(3)")
+    assert result.status == "crashed"
+    assert "[Error]:" in result.output
+    assert kernel.run("print('recovered')").output == "recovered\n"
+
+
+def test_segfault_is_reported_as_crashed(kernel: Kernel):
+    result = kernel.run("import ctypes\nctypes.string_at(0)")
+    assert result.status == "crashed"
+
+
+def test_long_output_is_cut_keeping_head_and_tail_without_deadlock(kernel: Kernel):
+    result = kernel.run("import sys\nsys.stdout.write('H' * 1000 + 'x' * 5_000_000 + 'T' * 1000)")
+    assert result.status == "ok" and result.truncated
+    assert len(result.output) < 2200
+    assert result.output.startswith("H" * 1000) and result.output.endswith("T" * 1000)
+    assert "output truncated" in result.output
+
+
+def test_cells_get_a_fresh_namespace_by_default(kernel: Kernel):
+    kernel.run("secret = 5")
+    result = kernel.run("print(secret)")
+    assert result.status == "error" and "NameError" in result.output
+
+
+def test_stateful_cells_keep_variables(tmp_path: Path):
+    k = Kernel(tmp_path, timeout_s=2.0, stateful=True)
+    try:
+        k.run("secret = 5")
+        assert k.run("print(secret)").output == "5\n"
+    finally:
+        k.close()
+
+
+def test_stateful_kernel_says_variables_were_lost_after_timeout(tmp_path: Path):
+    k = Kernel(tmp_path, timeout_s=1.0, stateful=True)
+    try:
+        k.run("secret = 5")
+        assert "variables from earlier cells are lost" in k.run("while True: pass").output
+        assert "NameError" in k.run("print(secret)").output
+    finally:
+        k.close()
+
+
+def test_working_directory_is_reset_before_each_cell(kernel: Kernel):
+    kernel.run("import os\nos.chdir('/')")
+    result = kernel.run("import os\nprint(os.listdir('.'))")
+    assert "data.csv" in result.output
+
+
+def test_matplotlib_uses_agg_and_saves_into_the_workspace(kernel: Kernel, tmp_path: Path):
+    result = kernel.run(
+        "import matplotlib\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.savefig('fig.png')\n"
+        "print(matplotlib.get_backend())"
+    )
+    assert result.output.strip().lower() == "agg"
+    assert (tmp_path / "fig.png").stat().st_size > 0
+
+
+def test_open_figures_are_closed_between_cells(kernel: Kernel):
+    kernel.run("import matplotlib.pyplot as plt\nplt.figure()\nplt.figure()")
+    assert kernel.run("import matplotlib.pyplot as plt\nprint(len(plt.get_fignums()))").output == "0\n"
+
+
+def test_memory_limit_stops_a_memory_bomb(tmp_path: Path):
+    k = Kernel(tmp_path, timeout_s=5.0, memory_mb=256)
+    try:
+        result = k.run("x = bytearray(1024 * 1024 * 1024)\nprint('allocated')")
+        assert result.status in ("error", "crashed")
+        assert "allocated" not in result.output
+        assert k.run("print('ok')").output == "ok\n"
+    finally:
+        k.close()
+
+
+def test_preloaded_stack_is_importable_and_versions_are_reported(kernel: Kernel):
+    result = kernel.run(
+        "import pandas, seaborn, sklearn, statsmodels, networkx, scipy, openpyxl\nprint('ok')"
+    )
+    assert result.output == "ok\n"
+    assert kernel.versions["pandas"] == __import__("pandas").__version__
+    assert "python" in kernel.versions
+
+
+def test_close_kills_the_worker(tmp_path: Path):
+    k = Kernel(tmp_path)
+    pid = k.pid
+    assert pid is not None and os.path.exists(f"/proc/{pid}")
+    k.close()
+    assert wait_gone(pid)
+
+
+def test_worker_killed_between_cells_is_reported_as_lost(tmp_path: Path):
+    from tools.kernel import KernelLost
+
+    k = Kernel(tmp_path)
+    try:
+        os.kill(k.pid, 9)
+        assert wait_gone(k.pid)
+        time.sleep(0.1)
+        with pytest.raises(KernelLost):
+            k.run("print(1)")
+    finally:
+        k.close()

@@ -1,0 +1,189 @@
+"""Reward registry, plans, deterministic components and aggregation."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewards import RewardContext, RewardPlan, RewardSpecError, register_reward
+from rewards.normalize import answers_match
+
+GOOD_POLICY = "<Analyze>a</Analyze>\n<Code>\n```python\nprint(1)\n```\n</Code>\n<Answer>Answer: 5</Answer>"
+
+
+def ctx(**over) -> RewardContext:
+    base = dict(
+        answer="5",
+        policy_text=GOOD_POLICY,
+        trajectory=GOOD_POLICY,
+        messages=[],
+        ground_truth="5",
+        question="q",
+        code_pass=[1, 0],
+        turns=3,
+        workspace=None,
+        reward_spec={},
+    )
+    base.update(over)
+    return RewardContext(**base)
+
+
+@register_reward("test_len_ok")
+def _len_ok(answer: str | None) -> float:
+    return float(answer is not None and len(answer) < 3)
+
+
+@register_reward("test_two_parts", components=("part_a", "part_b"))
+def _two_parts(turns: int) -> dict[str, float]:
+    return {"part_a": 1.0, "part_b": 0.0}
+
+
+@register_reward("test_raises")
+def _raises(answer: str | None) -> float:
+    raise RuntimeError("scorer broke")
+
+
+@register_reward("test_returns_none")
+def _returns_none(answer: str | None) -> float | None:
+    return None
+
+
+def path_reward(ground_truth) -> float:
+    return 0.25
+
+
+@pytest.mark.parametrize(
+    ("answer", "truth"),
+    [
+        ("1,234", 1234),
+        ("  Store B. ", "store b"),
+        ("12%", "12"),
+        ("0.30000000000000004", 0.3),
+        ("**7**", "7"),
+    ],
+)
+def test_normalised_match_accepts_equivalent_answers(answer, truth):
+    assert answers_match(answer, truth)
+
+
+@pytest.mark.parametrize(
+    ("answer", "truth"), [("1235", 1234), ("store c", "store b"), (None, "x"), ("1.001", 1)]
+)
+def test_normalised_match_rejects_different_answers(answer, truth):
+    assert not answers_match(answer, truth)
+
+
+def test_qa_plan_scores_accuracy_and_reports_raw_exact_with_weight_zero():
+    plan = RewardPlan.build({"method": "qa", "ground_truth": 1234})
+    out = plan.score(ctx(answer="1,234", ground_truth=1234))
+    assert out.components == {"qa_accuracy": 1.0, "qa_exact": 0.0}
+    assert out.reward == 1.0  # qa_exact has weight 0: reported, not aggregated
+
+
+def test_unknown_method_is_rejected_at_build():
+    with pytest.raises(RewardSpecError, match=r"unknown reward_spec\.method 'qna'"):
+        RewardPlan.build({"method": "qna"})
+
+
+def test_unknown_function_name_is_rejected_at_build():
+    with pytest.raises(RewardSpecError, match="unknown reward function 'no_such_fn'"):
+        RewardPlan.build({"method": "datatask", "function": ["no_such_fn"]})
+
+
+def test_module_path_function_is_resolved_and_named_after_attr():
+    plan = RewardPlan.build({"method": "datatask", "function": "tests.test_rewards:path_reward"})
+    out = plan.score(ctx())
+    assert out.components == {"path_reward": 0.25, "datatask_code": 0.5}
+    assert out.reward == pytest.approx((0.25 + 0.5) / 2)
+
+
+def test_unknown_parameter_is_rejected():
+    with pytest.raises(RewardSpecError, match="unknown parameter 'answr'"):
+
+        @register_reward("test_bad_param")
+        def _bad(answr: str) -> float:
+            return 0.0
+
+
+def test_duplicate_component_names_are_rejected_at_build():
+    @register_reward("test_dup_a", components=("part_a",))
+    def _dup(turns: int) -> float:
+        return 0.0
+
+    with pytest.raises(RewardSpecError, match="duplicate reward component 'part_a'"):
+        RewardPlan.build({"method": "datatask", "function": ["test_two_parts", "test_dup_a"]})
+
+
+def test_taken_name_with_a_different_function_is_rejected():
+    with pytest.raises(RewardSpecError, match="already registered"):
+        register_reward("qa_accuracy")(lambda answer: 0.0)
+
+
+def test_dict_function_contributes_its_keys():
+    out = RewardPlan.build({"method": "datatask", "function": ["test_two_parts"]}).score(ctx())
+    assert out.components == {"part_a": 1.0, "part_b": 0.0, "datatask_code": 0.5}
+
+
+def test_weights_make_a_weighted_mean_and_zero_weight_is_reported_only():
+    spec = {"method": "datatask", "function": ["test_two_parts"], "weights": {"part_a": 3.0, "part_b": 0.0}}
+    out = RewardPlan.build(spec).score(ctx())
+    assert out.components["part_b"] == 0.0
+    assert out.reward == pytest.approx((3 * 1.0 + 1 * 0.5) / 4)
+
+
+def test_weight_for_unknown_component_is_rejected():
+    with pytest.raises(RewardSpecError, match="unknown component 'qa_acc'"):
+        RewardPlan.build({"method": "qa", "weights": {"qa_acc": 1}})
+
+
+def test_code_component_is_absent_without_code_turns():
+    out = RewardPlan.build({"method": "datatask", "function": ["test_len_ok"]}).score(ctx(code_pass=[]))
+    assert out.components == {"test_len_ok": 1.0}
+
+
+def test_openresearch_turns_is_capped_at_one():
+    plan = RewardPlan.build({"method": "openresearch", "function": ["test_len_ok"]})
+    assert plan.score(ctx(turns=4)).components["openresearch_turns"] == pytest.approx(0.4)
+    assert plan.score(ctx(turns=25)).components["openresearch_turns"] == 1.0
+
+
+def test_missing_tag_fails_the_gate_with_minus_one():
+    out = RewardPlan.build({"method": "qa"}).score(ctx(policy_text="<Answer>Answer: 5</Answer>"))
+    assert (out.reward, out.components, out.format_ok, out.gate) == (
+        -1.0,
+        {"format_gate": -1.0},
+        False,
+        "tags",
+    )
+
+
+def test_unfenced_code_fails_the_fence_gate_for_datatask_only():
+    text = "<Analyze>a</Analyze><Code>print(1)</Code><Answer>5</Answer>"
+    out = RewardPlan.build({"method": "datatask", "function": ["test_len_ok"]}).score(ctx(policy_text=text))
+    assert (out.reward, out.gate) == (-1.0, "fence")
+    assert RewardPlan.build({"method": "qa"}).score(ctx(policy_text=text)).gate is None
+
+
+def test_a_raising_function_is_a_verifier_error_not_zero():
+    out = RewardPlan.build({"method": "datatask", "function": ["test_raises"]}).score(ctx())
+    assert out.status == "verifier_error"
+    assert "test_raises: RuntimeError: scorer broke" in out.error
+
+
+def test_none_from_a_non_optional_function_is_a_verifier_error():
+    out = RewardPlan.build({"method": "datatask", "function": ["test_returns_none"]}).score(ctx())
+    assert out.status == "verifier_error" and "returned None" in out.error
+
+
+def test_async_functions_are_awaited():
+    @register_reward("test_async_half")
+    async def _half(answer: str | None) -> float:
+        return 0.5
+
+    out = RewardPlan.build({"method": "datatask", "function": ["test_async_half"]}).score(ctx(code_pass=[]))
+    assert out.components == {"test_async_half": 0.5}
+
+
+def test_plan_fingerprint_changes_with_weights():
+    a = RewardPlan.build({"method": "qa"}).fingerprint()
+    b = RewardPlan.build({"method": "qa", "weights": {"qa_exact": 1}}).fingerprint()
+    assert a != b and a == RewardPlan.build({"method": "qa"}).fingerprint()
