@@ -9,9 +9,10 @@ episode, after which each cell is a pipe round-trip to a live process.
 
 Protocol (AF_UNIX stream socket, every message = 4-byte big-endian length + JSON):
 - the env connects and sends ``{"op": "spawn", ...}`` with the write end of its output pipe
-  attached (SCM_RIGHTS); the server forks, and the child keeps the connection as its control
-  channel, replies ``{"pid": ...}`` and then answers ``{"op": "cell", "code": ...}`` requests
-  with ``{"status": "ok"|"error", ...}`` after the cell's output went into the pipe.
+  attached (SCM_RIGHTS); the server hands both to a worker it forked in advance, which keeps the
+  connection as its control channel, replies ``{"pid": ...}`` and then answers
+  ``{"op": "cell", "code": ...}`` requests with ``{"status": "ok"|"error", ...}`` after the
+  cell's output went into the pipe.
 - the server exits (killing its workers) when its stdin reaches EOF, i.e. when the process that
   started it is gone, whichever thread started it.
 """
@@ -152,6 +153,8 @@ def _run_cell(code: str, namespace: dict) -> tuple[str, str | None]:
 
 
 def _worker_main(conn: socket.socket, out_fd: int, spec: dict) -> None:
+    if out_fd <= 2 or conn.fileno() <= 2:
+        raise RuntimeError("worker fds collide with stdio")  # _fork_spare keeps 0-2 occupied
     os.setsid()  # own process group: the env kills the whole tree with one killpg
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
@@ -270,6 +273,75 @@ def _reap(workers: set[int]) -> bool:
         reaped = True
 
 
+def _fork_spare(listener: socket.socket, stdin_fd: int) -> tuple[int, socket.socket]:
+    """Fork a worker in advance; it waits for its episode (spec, control socket, output fd).
+
+    Forking a parent that maps the whole preloaded stack costs 10-30 ms (page tables), so the
+    server keeps one spare ready and an episode start only hands it the connection.
+    """
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            listener.close()
+            # Keep fd 0 occupied (by /dev/null) so received fds never land on 0-2.
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, stdin_fd)
+            os.close(devnull)
+            ours.close()
+            spec, fds = recv_msg(theirs, with_fds=True)
+            theirs.close()
+            if spec is None or len(fds) != 2:
+                os._exit(0)
+            _worker_main(socket.socket(fileno=fds[0]), fds[1], spec)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(70)
+    theirs.close()
+    return pid, ours
+
+
+def _hand_off(
+    listener: socket.socket, spare: tuple[int, socket.socket], workers: set[int], stdin_fd: int
+) -> tuple[int, socket.socket] | None:
+    """Give one spawn request to the spare worker; returns the spare still unused, or None."""
+    conn, _ = listener.accept()
+    try:
+        spec, fds = recv_msg(conn, with_fds=True)
+    except (OSError, ValueError):
+        conn.close()
+        return spare
+    if spec is None or spec.get("op") != "spawn" or len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return spare
+    spare_pid, handoff = spare
+    if not _alive_child(spare_pid):  # the spare was killed from outside: fork a fresh one
+        workers.discard(spare_pid)
+        handoff.close()
+        spare_pid, handoff = _fork_spare(listener, stdin_fd)
+        workers.add(spare_pid)
+    try:
+        send_msg(handoff, spec, [conn.fileno(), fds[0]])
+    except OSError:
+        pass  # the env sees its connection close without a hello and reports it
+    handoff.close()
+    conn.close()
+    os.close(fds[0])
+    return None
+
+
+def _alive_child(pid: int) -> bool:
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return done == 0
+
+
 def serve(sock_path: str, config: dict) -> None:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     failed = _preload(list(config.get("preload", [])))
@@ -283,38 +355,20 @@ def serve(sock_path: str, config: dict) -> None:
     gc.freeze()  # keep preloaded objects out of future collections: fewer copy-on-write pages
     workers: set[int] = set()
     stdin_fd = sys.stdin.fileno()
+    spare = _fork_spare(listener, stdin_fd)
+    workers.add(spare[0])
     while True:
         readable, _, _ = select.select([listener, stdin_fd], [], [], 0.5)
-        if _reap(workers):
-            _kill_orphans(workers)
         if stdin_fd in readable and not os.read(stdin_fd, 4096):
             break  # our owner is gone
-        if listener not in readable:
-            continue
-        conn, _ = listener.accept()
-        try:
-            spec, fds = recv_msg(conn, with_fds=True)
-        except (OSError, ValueError):
-            conn.close()
-            continue
-        if spec is None or spec.get("op") != "spawn" or len(fds) != 1:
-            for fd in fds:
-                os.close(fd)
-            conn.close()
-            continue
-        pid = os.fork()
-        if pid == 0:
-            try:
-                listener.close()
-                os.close(stdin_fd)
-                _worker_main(conn, fds[0], spec)
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                os._exit(70)
-        workers.add(pid)
-        conn.close()
-        os.close(fds[0])
+        if listener in readable:
+            spare = _hand_off(listener, spare, workers, stdin_fd)
+        # Housekeeping after the hand-off, off the critical path of episode start.
+        if _reap(workers):
+            _kill_orphans(workers)
+        if spare is None:
+            spare = _fork_spare(listener, stdin_fd)
+            workers.add(spare[0])
     for pid in list(workers):
         try:
             os.killpg(pid, signal.SIGKILL)
