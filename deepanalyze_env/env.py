@@ -170,6 +170,16 @@ class DeepAnalyzeEnv(BaseTextEnv):
             log.exception("internal error in step()")
             return self._finish("error", cut, infra_error=f"internal error: {type(exc).__name__}: {exc}")
 
+    def end_for_length(self) -> BaseTextEnvStepOutput:
+        """End the episode because a trainer's token budget ran out (``termination: "length"``).
+
+        The episode is scored as it stands (without an answer the format gate fails), so a
+        trainer can either mask it (the default) or train on the failed gate.
+        """
+        if self.final_metadata is not None:
+            return self.step("")
+        return self._finish("length", "")
+
     def _code_turn(self, cut: str) -> BaseTextEnvStepOutput:
         code = protocol.extract_code(cut)
         if code is None:
