@@ -230,7 +230,14 @@ class DeepAnalyzeRollout:
                     break
                 caps = [min(left, self.max_turn_tokens or left) for left in room if left > 0]
                 outs = generate(trainer, [ep.prompt_ids + ep.completion_ids for ep in active], caps)
-                list(pool.map(lambda pair: self._advance(pair[0], pair[1], tok, budget), zip(active, outs)))
+                if len(outs) != len(active):
+                    raise RuntimeError(f"generator returned {len(outs)} turns for {len(active)} episodes")
+                steps = [
+                    pool.submit(self._advance, ep, out, tok, budget)
+                    for ep, out in zip(active, outs, strict=True)
+                ]
+                for fut in steps:
+                    fut.result()
         for ep in episodes:
             if ep.final["termination"] != "length" or self.score_truncated:
                 ep.add([eos], 0, None)  # a finished episode ends with EOS (TRL's truncation check)

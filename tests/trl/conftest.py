@@ -13,7 +13,8 @@ CORPUS = [
     "<Analyze>I will load the data and look at it.</Analyze>",
     "<Code>\n```python\nimport pandas as pd\ndf = pd.read_csv('sales.csv')\nprint(df.head())\n```\n</Code>",
     "<Answer>\nThe store with the highest revenue is B.\nAnswer: B\n</Answer>",
-    "\n<Execute>\n[Error]:\nTraceback (most recent call last):\nNameError: name 'x' is not defined\n</Execute>\n",
+    "\n<Execute>\n[Error]:\nTraceback (most recent call last):\n",
+    "NameError: name 'x' is not defined\n</Execute>\n",
     "store,revenue\nA,10\nB,32\n0 1 2 3 4 5 6 7 8 9 groupby sum mean",
 ]
 
