@@ -153,9 +153,24 @@ def print_results(results: list[Any]) -> None:
     console.print("status counts: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
 
 
+# ---------------------------------------------------------------------------- train
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from deepanalyze_env.recipes import load_recipe
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    if recipe.backend == "trl":
+        from deepanalyze_env.train_trl import train_trl
+
+        return train_trl(recipe)
+    raise UsageError("backend skyrl is not available yet in this version; use a backend: trl recipe")
+
+
 # ---------------------------------------------------------------------------- entry point
 
 EXAMPLES = {
+    "train": "example: deepanalyze-rl train recipes/trl_cpu_smoke.yaml max_steps=2 output_dir=runs/smoke",
     "rollout": "example: deepanalyze-rl rollout --policy scripted --tasks data/tasks/qa.jsonl "
     "--workspace-root data --out runs/scripted",
 }
@@ -167,6 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug output")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "train",
+        help="run a GRPO recipe (TRL or SkyRL backend)",
+        epilog=EXAMPLES["train"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("recipe", metavar="RECIPE", help="recipe YAML (DESIGN contract 7)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. env.max_turns=4")
+    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser(
         "rollout",

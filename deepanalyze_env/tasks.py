@@ -56,6 +56,8 @@ def task_to_row(task: dict[str, Any], workspace_root: str | None) -> dict[str, A
 
 
 def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    if not Path(path).is_file():
+        raise ConfigError(f"no such file: {path}")
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():

@@ -69,9 +69,15 @@ def transformers_turns(trainer: Any, contexts: list[list[int]], max_new: list[in
     device = trainer.accelerator.device
     config = copy.deepcopy(trainer.generation_config)
     config.max_new_tokens = max(max_new)
+    config.use_cache = True  # training may have turned the cache off (gradient checkpointing)
     stop = StoppingCriteriaList([StopStringCriteria(tokenizer=tok, stop_strings=list(protocol.STOP_TAGS))])
     with (
-        unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model,
+        unwrap_model_for_generation(
+            trainer.model_wrapped,
+            trainer.accelerator,
+            generation_kwargs=getattr(trainer, "generation_kwargs", None),
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+        ) as model,
         torch.no_grad(),
     ):
         out = model.generate(

@@ -1,0 +1,111 @@
+"""``deepanalyze-rl train``: recipe parsing, and a whole TRL run on a tiny local model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deepanalyze_env.cli import main
+from deepanalyze_env.config import ConfigError
+from deepanalyze_env.recipes import load_recipe
+
+BASE = {
+    "backend": "trl",
+    "output_dir": "out",
+    "max_steps": 1,
+    "model": "some/model",
+    "data": ["tasks.jsonl"],
+    "env": {"workspace_root": "data"},
+}
+
+
+def write(tmp_path: Path, tree: dict) -> Path:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    return path
+
+
+def test_dotted_overrides_reach_nested_settings(tmp_path):
+    recipe = load_recipe(
+        write(tmp_path, BASE),
+        ["max_steps=3", "env.judge.base_url=http://127.0.0.1:9/v1", "trl.learning_rate=1e-5"],
+    )
+    assert recipe.max_steps == 3
+    assert recipe.env["judge"]["base_url"] == "http://127.0.0.1:9/v1"
+    assert recipe.trl["learning_rate"] == 1e-5
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["max_step=3"], "unknown recipe key 'max_step'"),
+        (["env.judge.base_ur=x"], r"unknown key env_config\.judge\.base_ur"),
+        (["rollout.max_turn_token=5"], r"unknown key rollout\.max_turn_token"),
+        (["backend=keras"], "backend must be one of"),
+        (["max_steps"], "must look like key=value"),
+    ],
+)
+def test_bad_recipe_settings_name_the_key(tmp_path, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_recipe(write(tmp_path, BASE), overrides)
+
+
+def test_unknown_trl_setting_is_one_line_error(tmp_path, capsys):
+    code = main(["train", str(write(tmp_path, {**BASE, "trl": {"learnin_rate": 1}}))])
+    assert code == 2
+    assert "learnin_rate" in capsys.readouterr().out
+
+
+def test_train_writes_metrics_records_and_curves(tiny_tokenizer, workspace_root, tmp_path):
+    from tests.trl.test_grpo_integration import tiny_policy
+
+    model_dir = tmp_path / "policy"
+    tiny_policy(tiny_tokenizer).save_pretrained(model_dir)
+    tiny_tokenizer.save_pretrained(model_dir)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        json.dumps(
+            {
+                "id": "q1",
+                "method": "qa",
+                "instruction": "Which store?",
+                "data": "data",
+                "workspace_id": "ws",
+                "reward_spec": {"method": "qa", "ground_truth": "B"},
+            }
+        )
+        + "\n"
+    )
+    out = tmp_path / "run"
+    recipe = write(
+        tmp_path,
+        {
+            **BASE,
+            "output_dir": str(out),
+            "max_steps": 2,
+            "model": str(model_dir),
+            "data": [str(tasks)],
+            "env": {"workspace_root": str(workspace_root), "max_turns": 2},
+            "rollout": {"max_turn_tokens": 40},
+            "trl": {
+                "per_device_train_batch_size": 4,
+                "num_generations": 4,
+                "max_completion_length": 64,
+                "learning_rate": 1e-3,
+                "beta": 0.0,
+                "seed": 0,
+                "gradient_checkpointing": False,
+            },
+        },
+    )
+    assert main(["train", str(recipe)]) == 0
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all(m["episodes"] == 4 and sum(m["status_counts"].values()) == 4 for m in metrics)
+    episodes = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
+    assert len(episodes) == 8 and {e["task_id"] for e in episodes} == {"q1"}
+    assert len({e["episode_id"] for e in episodes}) == 8
+    assert (out / "reward_curves.png").stat().st_size > 1000
