@@ -17,14 +17,14 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from deepanalyze_env import protocol
 from deepanalyze_env.config import ConfigError, EnvConfig
+from deepanalyze_env.profiles import PROFILES
 from deepanalyze_env.records import RecordWriter, build_record
-from rewards import RewardContext, RewardOutcome, RewardPlan, RewardSpecError
+from rewards import RewardContext, RewardOutcome, RewardSpecError
 from tools.kernel import Kernel, KernelError
 from tools.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-PROFILES = ("v1",)
 NO_CODE_MESSAGE = (
     "[Error]:\nNo code was found in this turn. Put Python code in a fenced block inside "
     "<Code>...</Code>, or give the final answer inside <Answer>...</Answer>."
@@ -40,6 +40,19 @@ def load_system_prompt(setting: str | None) -> str | None:
     if not path.is_file():
         raise ConfigError(f"env_config.system_prompt: no such file {setting!r} (or use 'protocol')")
     return path.read_text(encoding="utf-8")
+
+
+def _judge_client(config: Any, functions: list[str]):
+    """The process's shared judge client; a bad judge setting or prompt file fails here."""
+    from rewards.judge import JudgeError, get_judge_client, validate_prompts
+    from rewards.judges import rubrics_for
+
+    try:
+        client = get_judge_client(config)
+        validate_prompts(client.settings.prompt_dir, rubrics_for(functions))
+    except (JudgeError, ValueError, OSError) as exc:
+        raise ConfigError(str(exc)) from exc
+    return client
 
 
 def resolve_workspace(root: str | None, data: Any, workspace_id: Any) -> Path | None:
@@ -65,27 +78,29 @@ class DeepAnalyzeEnv(BaseTextEnv):
             raise ConfigError(
                 f"env_config.profile must be one of {', '.join(PROFILES)}, got {self.config.profile!r}"
             )
+        self.profile = PROFILES[self.config.profile]
         self.extras = dict(extras or {})
         spec = self.extras.get("reward_spec")
         if spec is None:
             raise ConfigError("extras.reward_spec is missing: every dataset row needs a reward_spec column")
         try:
-            self.plan = RewardPlan.build(spec)
+            self.plan = self.profile.build_plan(spec)
         except RewardSpecError as exc:
             raise ConfigError(str(exc)) from exc
         self.reward_spec = dict(spec)
         needs_judge = self.plan.needs_judge
-        if needs_judge and not self.config.judge.configured:
-            raise ConfigError(
-                f"reward plan needs a judge for {', '.join(needs_judge)} but env_config.judge is not set "
-                "(set judge.backend: openai with judge.base_url and judge.model, or transformers / replay)"
-            )
+        self.judge_client = None
+        if needs_judge:
+            if not self.config.judge.configured:
+                raise ConfigError(
+                    f"reward plan needs a judge for {', '.join(needs_judge)} "
+                    "but env_config.judge is not set (set judge.backend: openai with "
+                    "judge.base_url and judge.model, or transformers / replay)"
+                )
+            self.judge_client = _judge_client(self.config.judge, needs_judge)
         self.question = self.extras.get("input_seq")
-        wants_question = [fn.name for fn in self.plan.functions if "question" in fn.params]
-        if wants_question and not self.question:
-            raise ConfigError(
-                f"extras.input_seq is missing; {', '.join(wants_question)} shows it to the judge"
-            )
+        if needs_judge and not self.question:
+            raise ConfigError(f"extras.input_seq is missing; {', '.join(needs_judge)} shows it to the judge")
         self.max_turns = int(self.extras.get("max_turns") or self.config.max_turns)
         if self.max_turns < 1:
             raise ConfigError("extras.max_turns must be >= 1")
@@ -108,6 +123,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
         self.timings: dict[str, float] = {}
         self._infra_error: str | None = None
         self._closed = False
+        self.judge_session = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -134,6 +150,8 @@ class DeepAnalyzeEnv(BaseTextEnv):
                 stateful=self.config.stateful_cells,
                 python=ex.python,
                 preload=tuple(ex.preload) if ex.preload is not None else None,
+                timeout_message=self.profile.timeout_message,
+                crash_message=self.profile.crash_message,
             )
             self.kernel_versions = self.kernel.versions
         except (KernelError, OSError) as exc:
@@ -153,13 +171,13 @@ class DeepAnalyzeEnv(BaseTextEnv):
             )
         self.turns += 1
         text = action if isinstance(action, str) else str(action)
-        cut = protocol.truncate_action(text)
+        cut = self.profile.truncate(text)
         self.policy_turns.append(cut)
         self.messages.append({"role": "assistant", "content": cut})
         try:
             if self._infra_error:
                 return self._finish("error", cut, infra_error=self._infra_error)
-            if protocol.has_answer(cut):
+            if self.profile.has_answer(cut):
                 return self._finish("answer", cut)
             if self.turns >= self.max_turns:
                 return self._finish("max_turns", cut)
@@ -184,6 +202,9 @@ class DeepAnalyzeEnv(BaseTextEnv):
         code = protocol.extract_code(cut)
         if code is None:
             output, exec_meta = NO_CODE_MESSAGE, {"status": "no_code", "elapsed_ms": 0.0, "truncated": False}
+        elif self.source_workspace is None and not self.profile.run_without_workspace:
+            # upstream ran no code for a task without a workspace; the turn then counted 0
+            output, exec_meta = "", {"status": "skipped", "elapsed_ms": 0.0, "truncated": False}
         else:
             assert self.kernel is not None
             result = self.kernel.run(code)
@@ -193,7 +214,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
                 "elapsed_ms": result.elapsed_ms,
                 "truncated": result.truncated,
             }
-        passed = int(exec_meta["status"] == "ok")
+        passed = self.profile.code_pass(exec_meta["status"], output)
         self.code_pass.append(passed)
         self.exec_log.append(exec_meta)
         observation = {"role": self.config.observation_role, "content": protocol.render_observation(output)}
@@ -219,7 +240,17 @@ class DeepAnalyzeEnv(BaseTextEnv):
             turns=len(self.policy_turns),
             workspace=self.workspace.path if self.workspace else None,
             reward_spec=self.reward_spec,
+            judge=self._judge_session(),
         )
+
+    def _judge_session(self):
+        if self.judge_client is None:
+            return None
+        if self.judge_session is None:
+            from rewards.judge import JudgeSession
+
+            self.judge_session = JudgeSession(self.judge_client, score_rule=self.profile.score_rule)
+        return self.judge_session
 
     def _finish(self, termination: str, cut: str, infra_error: str | None = None) -> BaseTextEnvStepOutput:
         start = time.monotonic()
@@ -244,8 +275,8 @@ class DeepAnalyzeEnv(BaseTextEnv):
         }
         if outcome.error:
             metadata["error"] = outcome.error
-        if outcome.details:
-            metadata["details"] = outcome.details
+        if self.judge_session is not None and self.judge_session.calls:
+            metadata["judge"] = self.judge_session.summary()
         self.final_metadata = metadata
         self.final_reward = float(outcome.reward)
         return BaseTextEnvStepOutput(

@@ -57,7 +57,7 @@ def build_record(env: DeepAnalyzeEnv) -> dict[str, Any]:
         "code_pass": list(env.code_pass),
         "turns": env.turns,
         "exec": list(env.exec_log),
-        "judge": meta.get("details", {}).get("judge"),
+        "judge": meta.get("judge"),
         "usage": extras.get("usage"),
         "versions": {
             "package": package_version(),

@@ -19,3 +19,5 @@ __all__ = [
     "registered_names",
     "resolve",
 ]
+
+from rewards import judges as _judges  # noqa: F401  (registers the LLM-judge components)

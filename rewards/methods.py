@@ -43,7 +43,7 @@ def get_method(name: str) -> Method:
         )
 
 
-register_method(Method("qa", ("qa_accuracy", "qa_exact"), weights={"qa_exact": 0.0}))
+register_method(Method("qa", ("qa_accuracy", "judge_analysis", "qa_exact"), weights={"qa_exact": 0.0}))
 # Functions named in reward_spec["function"] come first, as upstream lists them.
 register_method(Method("datatask", ("datatask_code",), fence_gate=True))
 register_method(Method("openresearch", ("openresearch_code", "openresearch_turns"), fence_gate=True))

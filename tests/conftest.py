@@ -8,6 +8,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from rewards import Method, register_method
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
 
@@ -28,9 +30,14 @@ def _scratch(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     return scratch
 
 
+# The built-in qa method includes the analysis judge; tests that are not about judges use this
+# judge-free variant (same deterministic components) so they need no judge server.
+register_method(Method("qa_plain", ("qa_accuracy", "qa_exact"), weights={"qa_exact": 0.0}))
+
+
 def qa_extras(**over) -> dict:
     extras = {
-        "reward_spec": {"method": "qa", "ground_truth": "B"},
+        "reward_spec": {"method": "qa_plain", "ground_truth": "B"},
         "data": "data",
         "workspace_id": "ws",
         "input_seq": "Which store has the highest revenue?",

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from deepanalyze_env.cli import main
+from rewards.judge.fake_server import FakeJudgeServer, Reply
 from tests.conftest import DATA, ROOT
 
 
@@ -23,25 +24,19 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_scripted_rollout_records_every_episode(tmp_path: Path):
     out = tmp_path / "run"
-    code = main(
-        [
-            "rollout",
-            "--policy",
-            "scripted",
-            "--tasks",
-            str(DATA / "tasks" / "qa.jsonl"),
-            "--workspace-root",
-            str(DATA),
-            "--out",
-            str(out),
-        ]
-    )
+    with FakeJudgeServer(Reply(text="Weaknesses:\n- terse\nSCORE: 3")) as judge:
+        args = ["rollout", "--policy", "scripted", "--tasks", str(DATA / "tasks" / "qa.jsonl")]
+        args += ["--workspace-root", str(DATA), "--out", str(out)]
+        code = main([*args, "--judge-base-url", judge.url, "--judge-model", "scripted-judge"])
     assert code == 0
     lines = [json.loads(x) for p in out.glob("episodes-*.jsonl") for x in p.read_text().splitlines()]
     tasks = [json.loads(x) for x in (DATA / "tasks" / "qa.jsonl").read_text().splitlines()]
     assert len(lines) == 2 * len(tasks)  # a good and a bad trajectory per task
     assert {r["reward_status"] for r in lines} == {"scored"}
     assert {r["task_id"] for r in lines} == {t["id"] for t in tasks}
+    good = [r for r in lines if r["format_ok"] and r["reward_components"].get("qa_accuracy") == 1.0]
+    assert good and all(r["reward_components"]["qa_analysis"] == 0.6 for r in good)
+    assert all(r["judge"]["calls"][0]["reply"].endswith("SCORE: 3") for r in good)
 
 
 def test_unknown_config_key_is_one_line_error(tmp_path: Path):

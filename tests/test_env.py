@@ -271,4 +271,4 @@ def test_records_are_appended_on_close(workspace_root, tmp_path):
     assert [m["role"] for m in record["messages"]] == ["user", "assistant", "user", "assistant"]
     assert record["versions"]["policy_id"] == "pol-7"
     assert record["versions"]["kernel"]["pandas"]
-    assert record["reward_spec"] == {"method": "qa", "ground_truth": "B"}
+    assert record["reward_spec"] == {"method": "qa_plain", "ground_truth": "B"}

@@ -73,10 +73,16 @@ def test_normalised_match_rejects_different_answers(answer, truth):
 
 
 def test_qa_plan_scores_accuracy_and_reports_raw_exact_with_weight_zero():
-    plan = RewardPlan.build({"method": "qa", "ground_truth": 1234})
+    plan = RewardPlan.build({"method": "qa_plain", "ground_truth": 1234})
     out = plan.score(ctx(answer="1,234", ground_truth=1234))
     assert out.components == {"qa_accuracy": 1.0, "qa_exact": 0.0}
     assert out.reward == 1.0  # qa_exact has weight 0: reported, not aggregated
+
+
+def test_builtin_qa_method_includes_the_analysis_judge():
+    plan = RewardPlan.build({"method": "qa", "ground_truth": 1})
+    assert [fn.name for fn in plan.functions] == ["qa_accuracy", "judge_analysis", "qa_exact"]
+    assert plan.needs_judge == ["judge_analysis"]
 
 
 def test_unknown_method_is_rejected_at_build():
@@ -132,7 +138,7 @@ def test_weights_make_a_weighted_mean_and_zero_weight_is_reported_only():
 
 def test_weight_for_unknown_component_is_rejected():
     with pytest.raises(RewardSpecError, match="unknown component 'qa_acc'"):
-        RewardPlan.build({"method": "qa", "weights": {"qa_acc": 1}})
+        RewardPlan.build({"method": "qa_plain", "weights": {"qa_acc": 1}})
 
 
 def test_code_component_is_absent_without_code_turns():
@@ -147,7 +153,7 @@ def test_openresearch_turns_is_capped_at_one():
 
 
 def test_missing_tag_fails_the_gate_with_minus_one():
-    out = RewardPlan.build({"method": "qa"}).score(ctx(policy_text="<Answer>Answer: 5</Answer>"))
+    out = RewardPlan.build({"method": "qa_plain"}).score(ctx(policy_text="<Answer>Answer: 5</Answer>"))
     assert (out.reward, out.components, out.format_ok, out.gate) == (
         -1.0,
         {"format_gate": -1.0},
@@ -160,7 +166,7 @@ def test_unfenced_code_fails_the_fence_gate_for_datatask_only():
     text = "<Analyze>a</Analyze><Code>print(1)</Code><Answer>5</Answer>"
     out = RewardPlan.build({"method": "datatask", "function": ["test_len_ok"]}).score(ctx(policy_text=text))
     assert (out.reward, out.gate) == (-1.0, "fence")
-    assert RewardPlan.build({"method": "qa"}).score(ctx(policy_text=text)).gate is None
+    assert RewardPlan.build({"method": "qa_plain"}).score(ctx(policy_text=text)).gate is None
 
 
 def test_a_raising_function_is_a_verifier_error_not_zero():

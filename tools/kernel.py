@@ -196,6 +196,8 @@ class Kernel:
         python: str | None = None,
         preload: tuple[str, ...] | None = None,
         cpu_backstop_s: int | None = 3600,
+        timeout_message: str | None = None,
+        crash_message: str | None = None,
     ):
         self.workspace = str(workspace)
         self.timeout_s = float(timeout_s)
@@ -203,6 +205,8 @@ class Kernel:
         self.max_output_chars = int(max_output_chars)
         self.stateful = stateful
         self.cpu_backstop_s = cpu_backstop_s
+        self.timeout_template = timeout_message  # "{timeout}" is replaced; None: the text below
+        self.crash_template = crash_message
         self.server = KernelServer.get(python, preload)
         self._ctrl: socket.socket | None = None
         self._out: int = -1
@@ -319,6 +323,8 @@ class Kernel:
             output.feed(chunk)
 
     def _timeout_message(self) -> str:
+        if self.timeout_template is not None:
+            return self.timeout_template.replace("{timeout}", str(float(self.timeout_s)))
         msg = (
             "[Error]:\nTimeoutError: the cell did not finish within "
             f"{self.timeout_s:g} seconds and was stopped."
@@ -328,6 +334,8 @@ class Kernel:
         return msg
 
     def _crash_message(self) -> str:
+        if self.crash_template is not None:
+            return self.crash_template
         msg = (
             "[Error]:\nKernelDied: the process running this cell died (a crash, os._exit, "
             "or the memory limit)."

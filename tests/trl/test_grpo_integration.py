@@ -57,7 +57,11 @@ def test_grpo_takes_real_optimizer_steps_on_env_rewards(tiny_tokenizer, workspac
     tok = tiny_tokenizer
     model = tiny_policy(tok)
     rows = [
-        {"prompt": PROMPT, "task_id": f"t{i}", **qa_extras(reward_spec={"method": "qa", "ground_truth": "B"})}
+        {
+            "prompt": PROMPT,
+            "task_id": f"t{i}",
+            **qa_extras(reward_spec={"method": "qa_plain", "ground_truth": "B"}),
+        }
         for i in range(2)
     ]
     rollout = DeepAnalyzeRollout(

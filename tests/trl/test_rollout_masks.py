@@ -18,7 +18,7 @@ ANSWER_TURN = "<Analyze>done</Analyze>\n<Answer>\nAnswer: B\n</Answer>"
 
 
 def row(task_id: str, truth: str = "B") -> dict:
-    extras = qa_extras(reward_spec={"method": "qa", "ground_truth": truth})
+    extras = qa_extras(reward_spec={"method": "qa_plain", "ground_truth": truth})
     return {"prompt": [{"role": "user", "content": "Which store?"}], "task_id": task_id, **extras}
 
 

@@ -70,11 +70,11 @@ def test_train_writes_metrics_records_and_curves(tiny_tokenizer, workspace_root,
         json.dumps(
             {
                 "id": "q1",
-                "method": "qa",
+                "method": "qa_plain",
                 "instruction": "Which store?",
                 "data": "data",
                 "workspace_id": "ws",
-                "reward_spec": {"method": "qa", "ground_truth": "B"},
+                "reward_spec": {"method": "qa_plain", "ground_truth": "B"},
             }
         )
         + "\n"

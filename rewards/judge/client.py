@@ -1,0 +1,229 @@
+"""The per-process judge client: cache, retries, concurrency cap, one background event loop.
+
+Every call runs on the process's background loop (:mod:`rewards.aio`) whichever thread or loop
+asked for it, so one ``AsyncOpenAI`` connection pool and one ``asyncio.Semaphore`` serve all
+envs in the process (SkyRL steps envs from a thread pool). Cache hits are answered before the
+semaphore, without a call. Retries belong to one policy (tenacity: exponential backoff with
+jitter, honouring ``Retry-After``) on timeouts, connection errors, 429 and 5xx only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from rewards.aio import background_loop, run_sync
+from rewards.judge.backends import Backend, describe_openai_error, make_backend
+from rewards.judge.cache import JudgeCache, cache_key
+from rewards.judge.errors import JudgeCallError, JudgeError, redact
+from rewards.judge.settings import JudgeSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    cached: bool
+    latency_ms: float
+    attempts: int  # 0 for a cache hit
+    key: str  # cache key (sha256 hex)
+
+
+def _retry_after_s(exc: BaseException | None) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    try:
+        return max(0.0, float(headers.get("retry-after")))
+    except (TypeError, ValueError):
+        return None
+
+
+class JudgeClient:
+    """Shared by all episodes of a process that use the same :class:`JudgeSettings`."""
+
+    def __init__(self, settings: JudgeSettings, backend: Backend | None = None):
+        self.settings = settings
+        self.backend = backend or make_backend(settings)
+        self.cache = JudgeCache(settings.cache_path) if settings.cache_path else None
+        self._pid = os.getpid()
+        self._home_loop: asyncio.AbstractEventLoop | None = None  # the background loop, once seen
+        self._used = False  # a call was made (so there may be connections to close)
+        _live.add(self)
+        self._semaphore: asyncio.Semaphore | None = None
+        self._semaphore_loop: asyncio.AbstractEventLoop | None = None
+        # "Full jitter": uniform in [0, min(max, initial * 2**attempt)], so clients that failed
+        # together (a 429 storm) do not retry together.
+        self._exp_wait = wait_random_exponential(
+            multiplier=settings.backoff_initial_s, max=settings.backoff_max_s
+        )
+
+    # ------------------------------------------------------------------ public
+
+    async def complete(self, prompt: str, *, sample: int = 0) -> Completion:
+        """The judge's reply to ``prompt`` (from the cache when recorded), from any event loop."""
+        if asyncio.get_running_loop() is self._home_loop:  # the usual case: already on the loop
+            return await self._complete(prompt, sample)
+        loop = background_loop()
+        if asyncio.get_running_loop() is loop:
+            self._home_loop = loop
+            return await self._complete(prompt, sample)
+        future = asyncio.run_coroutine_threadsafe(self._complete(prompt, sample), loop)
+        return await asyncio.wrap_future(future)
+
+    def complete_sync(self, prompt: str, *, sample: int = 0) -> Completion:
+        """Blocking form for code outside any event loop (CLI tools, tests)."""
+        return run_sync(self._complete(prompt, sample))
+
+    def describe(self) -> dict[str, Any]:
+        return self.settings.describe()
+
+    # ------------------------------------------------------------------ internals
+
+    def _get_semaphore(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._semaphore is None or self._semaphore_loop is not loop:
+            self._semaphore = asyncio.Semaphore(self.settings.concurrency)
+            self._semaphore_loop = loop
+        return self._semaphore
+
+    def _wait(self, state: RetryCallState) -> float:
+        delay = self._exp_wait(state)
+        hinted = _retry_after_s(state.outcome.exception() if state.outcome else None)
+        if hinted is not None:
+            delay = max(delay, min(hinted, self.settings.backoff_max_s))
+        return delay
+
+    def _cause(self, exc: BaseException) -> str:
+        secrets = self.backend.secrets()
+        if self.settings.backend == "openai":
+            described = describe_openai_error(exc, self.settings, secrets)
+            if described:
+                return described
+        if isinstance(exc, TimeoutError):
+            return f"timed out after {self.settings.timeout_s:g} s"
+        return redact(f"{type(exc).__name__}: {exc}"[:300], secrets)
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning(
+            "%s: %s; retry %d/%d in %.2f s",
+            self.settings.label,
+            self._cause(exc) if exc else "failed",
+            state.attempt_number,
+            self.settings.max_retries,
+            state.next_action.sleep if state.next_action else 0.0,
+        )
+
+    async def _complete(self, prompt: str, sample: int) -> Completion:
+        s = self.settings
+        self._used = True
+        key = cache_key(s.model, prompt, s.temperature, s.max_tokens, sample)
+        start = time.perf_counter()
+        if self.cache is not None:
+            try:
+                hit = self.cache.get(key)
+            except Exception as exc:
+                raise JudgeError(f"{s.label}: judge cache {s.cache_path} unreadable: {exc}") from None
+            if hit is not None:
+                return Completion(hit, True, (time.perf_counter() - start) * 1000.0, 0, key)
+        semaphore = self._get_semaphore()
+        attempts = 0
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(s.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception(self.backend.is_retryable),
+            before_sleep=self._before_sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    async with semaphore:
+                        text = await self.backend.generate(prompt, sample)
+        except JudgeError:
+            raise
+        except Exception as exc:
+            # ``from None``: the chained original may quote a server body that echoes the key.
+            raise JudgeCallError(
+                f"{s.label}: {self._cause(exc)} (after {attempts} attempt{'s' if attempts != 1 else ''})",
+                attempts=attempts,
+                retryable=self.backend.is_retryable(exc),
+            ) from None
+        latency_ms = (time.perf_counter() - start) * 1000.0
+        if self.cache is not None:
+            try:
+                self.cache.put(key, s.model, sample, text)  # batched: committed by the writer thread
+            except Exception as exc:  # the score is still good; only the record is lost
+                log.warning("%s: could not write the judge cache %s: %s", s.label, s.cache_path, exc)
+        return Completion(text, False, latency_ms, attempts, key)
+
+    async def aclose(self) -> None:
+        """Close connections and the cache handle (runs on the background loop from any caller)."""
+        loop = background_loop()
+        if asyncio.get_running_loop() is not loop:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.aclose(), loop))
+            return
+        await self.backend.aclose()
+        if self.cache is not None:
+            self.cache.close()
+
+    def close(self) -> None:
+        """Blocking :meth:`aclose` for code outside the background loop (teardown, atexit)."""
+        run_sync(self.aclose(), timeout=10)
+
+
+_live: weakref.WeakSet[JudgeClient] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Close this process's clients while the loop still runs, so no transport warns at exit."""
+    for client in list(_live):
+        if client._pid != os.getpid():
+            continue
+        if not client._used:  # nothing was opened on the loop; do not start one just to close
+            if client.cache is not None:
+                client.cache.close()
+            continue
+        try:
+            client.close()
+        except Exception as exc:
+            log.debug("closing judge client at exit failed: %s", exc)
+
+
+_clients: dict[tuple[int, JudgeSettings], JudgeClient] = {}
+_clients_lock = threading.Lock()
+
+
+def get_judge_client(config: Any) -> JudgeClient:
+    """The process's shared client for this judge config (``JudgeConfig``, mapping or settings).
+
+    Validates the config (raising :class:`JudgeConfigError` naming the setting), so calling
+    it at env construction makes a bad judge config fail before the first rollout.
+    """
+    settings = config if isinstance(config, JudgeSettings) else JudgeSettings.from_config(config)
+    key = (os.getpid(), settings)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = JudgeClient(settings)
+        return client

@@ -1,0 +1,67 @@
+"""Judge failures as exception types, so a score that could not be produced is never a silent 0.
+
+Each message names the judge (backend and model) and the cause, because the reward plan turns
+an exception into the episode's ``error`` text (``"{function}: {ExcType}: {message}"``) and
+that line is all an operator sees in the metadata. Messages never contain the API key:
+everything built from a server's reply goes through :func:`redact` first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from deepanalyze_env.config import ConfigError
+
+# Bearer tokens and OpenAI-style keys that a server may echo back in an error body.
+_TOKEN_PATTERNS = (
+    re.compile(r"(?i)bearer\s+\S+"),
+    re.compile(r"\bsk-[A-Za-z0-9_\-*.]{6,}"),
+)
+
+
+class JudgeError(RuntimeError):
+    """Base class: the judge could not produce a score for this episode."""
+
+
+class JudgeConfigError(ConfigError):
+    """``env_config.judge`` is unusable (missing model, unknown backend, missing prompt file…)."""
+
+
+class JudgeCallError(JudgeError):
+    """The judge was unreachable or failed after every retry (timeout, HTTP status, connection)."""
+
+    def __init__(self, message: str, *, attempts: int = 1, retryable: bool = False):
+        super().__init__(message)
+        self.attempts = attempts
+        self.retryable = retryable
+
+
+class JudgeCacheMiss(JudgeError):
+    """The ``replay`` backend found no recorded reply for a prompt."""
+
+
+class JudgeParseError(JudgeError):
+    """The judge replied, but the reply holds no valid verdict. ``raw`` keeps the whole reply."""
+
+    def __init__(self, message: str, raw: str):
+        super().__init__(message)
+        self.raw = raw
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """Remove ``secrets`` and anything that looks like a bearer token or API key from ``text``."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+    for pattern in _TOKEN_PATTERNS:
+        text = pattern.sub("[redacted]", text)
+    return text
+
+
+def key_from_env(var: str | None) -> str | None:
+    """The API key named by ``api_key_env``; read at call sites, never stored in settings."""
+    if not var:
+        return None
+    value = os.environ.get(var)
+    return value or None

@@ -1,0 +1,103 @@
+"""``JudgeSession``: the judge as one episode sees it, recording every call it makes.
+
+The env creates one per episode and passes it to reward functions as the ``judge`` context
+field. It renders the rubric prompt, asks the shared :class:`JudgeClient`, parses the reply
+and appends a JSON-serialisable record to :attr:`calls` — raw reply, parsed verdict or parse
+error, latency, cache flag — so records show exactly which prompt version and which reply
+produced a reward, and a failed episode shows why.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rewards.judge.client import JudgeClient
+from rewards.judge.errors import JudgeError, JudgeParseError
+from rewards.judge.parse import parse_dimensions, parse_score
+from rewards.judge.prompts import get_rubric, render
+
+log = logging.getLogger(__name__)
+
+
+class JudgeSession:
+    """Episode-scoped view of a shared client. ``score_rule``: ``"last"`` (v1) | ``"first"`` (upstream)."""
+
+    def __init__(self, client: JudgeClient, *, score_rule: str = "last"):
+        if score_rule not in ("last", "first"):
+            raise ValueError(f"score_rule must be 'last' or 'first', got {score_rule!r}")
+        self.client = client
+        self.score_rule = score_rule
+        self.calls: list[dict[str, Any]] = []
+
+    @property
+    def model(self) -> str:
+        return self.client.settings.model
+
+    async def evaluate(
+        self, rubric: str, fields: dict[str, str], *, sample: int = 0
+    ) -> float | dict[str, float]:
+        """Score ``fields`` with ``rubric``: a number (``SCORE`` rubrics) or a dimension dict.
+
+        Raises a :class:`JudgeError` subclass (call failure, cache miss, unparsable reply)
+        after recording the call; the message names the judge, rubric and cause. ``sample``
+        numbers repeated draws of one prompt (useful at temperature > 0): it separates their
+        cache entries and nothing else.
+        """
+        spec = get_rubric(rubric)
+        settings = self.client.settings
+        prompt = render(rubric, fields, settings.prompt_dir)
+        record: dict[str, Any] = {
+            "rubric": rubric,
+            "prompt_hash": prompt.prompt_hash,
+            "backend": settings.backend,
+            "model": settings.model,
+            "sample": sample,
+            "key": None,
+            "reply": None,
+            "score": None,
+            "parse_error": None,
+            "latency_ms": None,
+            "cached": False,
+            "attempts": 0,
+            "error": None,
+        }
+        self.calls.append(record)
+        try:
+            completion = await self.client.complete(prompt.text, sample=sample)
+        except JudgeError as exc:
+            record["error"] = f"{type(exc).__name__}: {exc}"
+            attempts = getattr(exc, "attempts", None)
+            if attempts is not None:
+                record["attempts"] = attempts
+            raise
+        record.update(
+            key=completion.key,
+            reply=completion.text,
+            latency_ms=round(completion.latency_ms, 3),
+            cached=completion.cached,
+            attempts=completion.attempts,
+        )
+        try:
+            if spec.kind == "dimensions":
+                verdict: float | dict[str, float] = parse_dimensions(completion.text, spec.low, spec.high)
+            else:
+                verdict = parse_score(completion.text, spec.low, spec.high, which=self.score_rule)
+        except JudgeParseError as exc:
+            record["parse_error"] = str(exc)
+            record["error"] = f"JudgeParseError: {exc}"
+            log.warning("%s, rubric %s: unparsable reply: %s", settings.label, rubric, exc)
+            raise JudgeParseError(f"{settings.label}, rubric {rubric}: unparsable reply: {exc}", exc.raw)
+        record["score"] = verdict
+        return verdict
+
+    def prompt_hashes(self) -> dict[str, str]:
+        return {call["rubric"]: call["prompt_hash"] for call in self.calls}
+
+    def summary(self) -> dict[str, Any]:
+        """What a record's ``judge`` field holds: who judged, with which prompts, and every call."""
+        return {
+            **self.client.describe(),
+            "prompt_hashes": self.prompt_hashes(),
+            "calls": [dict(call) for call in self.calls],
+        }

@@ -1,0 +1,185 @@
+"""The ``upstream`` profile's scoring: DeepAnalyze's reward, reproduced for comparison runs.
+
+Given the same trajectory and the same judge replies this gives the reward DeepAnalyze's RL
+environment gave (DESIGN contract 5): gate and answer over the whole history *including*
+execution output, raw ``==`` after splitting on ``Answer:``, the ```python fence gate, the
+first ``SCORE:`` match as an integer, DeepAnalyze's component names (a scalar judge keyed by
+``str(reward_spec["function"])``, so two scalar functions collide exactly as there), and a plain
+mean. Kept from v1: unknown function names fail at construction, and a judge failure — scored
+0.0 as upstream did — is flagged ``verifier_error`` instead of passing as a real 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rewards.plan import FORMAT_GATE, GATE_PENALTY, RewardContext, RewardOutcome
+from rewards.registry import RewardSpecError, resolve
+
+GATE_TAGS = ("<Analyze>", "</Analyze>", "<Answer>", "</Answer>")
+_CODE = re.compile(r"<Code>(.*?)</Code>", re.DOTALL)
+_ANSWER = re.compile(r"<Answer>(.*?)</Answer>", re.DOTALL)
+_SCORE = re.compile(r"SCORE\s*:\s*(\d+)", re.IGNORECASE)
+_FENCED = re.compile(r"```(?:json)?(.*?)```", re.DOTALL)
+DIMENSIONS = ("usefulness", "richness", "soundness", "interpretability", "readability")
+
+
+def upstream_answer(history: str) -> str:
+    """Text of the last ``<Answer>`` block in the history; ``""`` when it has no closing tag."""
+    start = history.rfind("<Answer>")
+    if start < 0:
+        return ""
+    match = _ANSWER.search(history[start:])
+    return match.group(1).strip() if match else ""
+
+
+def upstream_exact(history: str, ground_truth: Any) -> float:
+    answer = upstream_answer(history)
+    if "Answer:" in answer:
+        answer = answer.split("Answer:")[1].strip()
+    return float(answer == ground_truth)  # raw equality: "42" != 42, as upstream
+
+
+def fence_ok(history: str) -> bool:
+    for block in _CODE.findall(history):
+        body = block.strip()
+        if not (body.startswith("```python") and body.endswith("```")):
+            return False
+    return True
+
+
+def parse_first_score(reply: str) -> float:
+    match = _SCORE.search(reply)
+    if match is None:
+        raise ValueError("no SCORE: match in the judge reply")
+    return float(match.group(1)) / 5.0
+
+
+def parse_fenced_dimensions(reply: str) -> dict[str, float]:
+    match = _FENCED.search(reply)
+    if match is None:
+        raise ValueError("no fenced block in the judge reply")
+    data = json.loads(match.group(1))
+    return {dim: float(data[dim]) / 5.0 for dim in DIMENSIONS}
+
+
+@dataclass
+class UpstreamPlan:
+    method: str
+    functions: list[str]  # canonical judge names, in reward_spec order
+    function_key: str  # str(reward_spec["function"]): the component name of a scalar judge
+
+    @classmethod
+    def build(cls, reward_spec: Mapping) -> UpstreamPlan:
+        method = reward_spec.get("method")
+        if method not in ("qa", "datatask", "openresearch"):
+            raise RewardSpecError(
+                f"profile upstream knows methods qa, datatask, openresearch; got {method!r}"
+            )
+        if reward_spec.get("weights"):
+            raise RewardSpecError(
+                "profile upstream scores a plain mean; remove reward_spec.weights or use v1"
+            )
+        raw = reward_spec.get("function") or []
+        refs = [raw] if isinstance(raw, str) else list(raw)
+        functions = []
+        if method != "qa":
+            for ref in refs:
+                from rewards.judges import RUBRIC_OF
+
+                fn = resolve(ref)  # v1 kept: an unknown name fails here, not silently later
+                if fn.name not in RUBRIC_OF:
+                    raise RewardSpecError(f"profile upstream only runs DeepAnalyze's judges, not {ref!r}")
+                functions.append(RUBRIC_OF[fn.name])
+        return cls(method, functions, str(raw))
+
+    @property
+    def needs_judge(self) -> list[str]:
+        return ["judge_analysis"] if self.method == "qa" else list(self.functions)
+
+    @property
+    def fence_gate(self) -> bool:
+        return self.method != "qa"
+
+    def fingerprint(self) -> str:
+        blob = json.dumps({"profile": "upstream", "method": self.method, "functions": self.functions})
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def score(self, ctx: RewardContext) -> RewardOutcome:
+        history = ctx.trajectory
+        if any(tag not in history for tag in GATE_TAGS):
+            return RewardOutcome(GATE_PENALTY, {FORMAT_GATE: GATE_PENALTY}, "scored", False, "tags")
+        if self.fence_gate and not fence_ok(history):
+            return RewardOutcome(GATE_PENALTY, {FORMAT_GATE: GATE_PENALTY}, "scored", False, "fence")
+        from rewards.aio import run_sync
+
+        errors: list[str] = []
+        components: dict[str, float] = {}
+        if self.method == "qa":
+            components["qa_acc_reward"] = upstream_exact(history, ctx.ground_truth)
+            value = run_sync(self._judge(ctx, "judge_analysis", errors))
+            components["qa_analysisc_reward"] = value if isinstance(value, float) else 0.0
+        else:
+
+            async def all_judges() -> list:
+                return await asyncio.gather(*(self._judge(ctx, fn, errors) for fn in self.functions))
+
+            values = run_sync(all_judges())
+            for value in values:
+                if isinstance(value, dict):
+                    components.update(value)
+                else:
+                    components[self.function_key] = value
+            if ctx.code_pass:
+                components[f"{self.method}_code_reward"] = sum(ctx.code_pass) / len(ctx.code_pass)
+            if self.method == "openresearch":
+                components["openresearch_turns_reward"] = min(ctx.turns / 10.0, 1.0)
+        reward = sum(components.values()) / len(components) if components else 0.0
+        status = "verifier_error" if errors else "scored"
+        return RewardOutcome(reward, components, status, True, None, "; ".join(errors) or None)
+
+    async def _judge(self, ctx: RewardContext, name: str, errors: list[str]) -> float | dict[str, float]:
+        """One judge call, parsed as upstream did; any failure scores 0.0 and is recorded."""
+        from rewards.judge.prompts import render
+
+        history = ctx.trajectory
+        answer = upstream_answer(history)
+        zero: float | dict[str, float] = dict.fromkeys(DIMENSIONS, 0.0) if name == "judge_opendomain" else 0.0
+        if name != "judge_analysis" and not answer:
+            return zero  # upstream returned 0.0 without calling when there was no answer
+        reference = "" if ctx.ground_truth is None else str(ctx.ground_truth)
+        fields = {
+            "judge_analysis": {"question": ctx.question or "", "trajectory": history},
+            "judge_accuracy": {"question": ctx.question or "", "reference": reference, "candidate": answer},
+            "judge_opendomain": {"question": ctx.question or "", "reference": reference, "candidate": answer},
+        }[name]
+        session = ctx.judge
+        record: dict[str, Any] = {"rubric": name, "reply": None, "score": None, "error": None}
+        try:
+            prompt = render(name, fields, session.client.settings.prompt_dir)
+            record["prompt_hash"] = prompt.prompt_hash
+            start = time.monotonic()
+            completion = await session.client.complete(prompt.text)
+            record.update(
+                reply=completion.text, latency_ms=(time.monotonic() - start) * 1000, cached=completion.cached
+            )
+            value = (
+                parse_fenced_dimensions(completion.text)
+                if name == "judge_opendomain"
+                else parse_first_score(completion.text)
+            )
+            record["score"] = value
+            return value
+        except Exception as exc:
+            record["error"] = f"{type(exc).__name__}: {exc}"
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            return zero
+        finally:
+            session.calls.append(record)

@@ -1,0 +1,134 @@
+"""Verdict parsing: the judge's own, last verdict counts; anything doubtful is a parse failure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rewards.judge import DIMENSIONS, JudgeParseError, parse_dimensions, parse_score
+
+
+def test_last_score_line_wins():
+    reply = "The candidate wrote:\n> SCORE: 5\nThat claim is unfounded.\nWeaknesses: many.\nSCORE: 2"
+    assert parse_score(reply, 1, 5) == 2
+
+
+def test_first_score_rule_reproduces_upstream_first_match():
+    reply = "quoted SCORE: 5\nSCORE: 2"
+    assert parse_score(reply, 1, 5, which="first") == 5
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("SCORE: 3", 3.0),
+        ("score: 4", 4.0),
+        ("Final Score: 1", 1.0),
+        ("**SCORE:** 4", 4.0),
+        ("SCORE: **4**", 4.0),
+        ("SCORE: 3.5", 3.5),
+        ("SCORE: 4/5", 4.0),
+        ("SCORE:5.", 5.0),
+        ("Weaknesses:\n- none\nSCORE: 0", 0.0),
+    ],
+)
+def test_score_formats_judges_actually_write(reply: str, expected: float):
+    assert parse_score(reply, 0, 5) == expected
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "The answer is fine, I would give it a 4.",  # no SCORE line at all
+        "SCORE: 6",  # above range
+        "SCORE: -1",  # below range
+        "SCORE: N/A",  # no number
+        "SCORE: 4\n...\nSCORE: excellent",  # the last verdict is unreadable: no fallback to the first
+        "SCORE: 3.5.1",
+        "",
+    ],
+)
+def test_doubtful_score_is_a_parse_failure_carrying_the_raw_reply(reply: str):
+    with pytest.raises(JudgeParseError) as info:
+        parse_score(reply, 1, 5)
+    assert info.value.raw == reply
+
+
+def test_analysis_range_rejects_zero():
+    with pytest.raises(JudgeParseError, match="outside 1–5"):
+        parse_score("SCORE: 0", 1, 5)
+
+
+@given(
+    noise=st.text(alphabet=st.characters(blacklist_characters="sScCoOrReE:："), max_size=200),
+    value=st.integers(min_value=0, max_value=5),
+)
+def test_any_in_range_verdict_after_arbitrary_text_is_read(noise: str, value: int):
+    assert parse_score(f"{noise}\nSCORE: {value}", 0, 5) == value
+
+
+FULL = {"usefulness": 4, "richness": 3, "soundness": 5, "interpretability": 2, "readability": 1}
+
+
+def test_fenced_json_with_trailing_comma_is_accepted():
+    reply = (
+        'Weaknesses:\n- thin\n```json\n{\n  "usefulness": 4,\n  "richness": 3,\n  "soundness": 5,\n'
+        '  "interpretability": 2,\n  "readability": 1,\n}\n```'
+    )
+    assert parse_dimensions(reply) == {k: float(v) for k, v in FULL.items()}
+
+
+def test_bare_json_is_accepted():
+    reply = "Weaknesses: none.\n" + json.dumps(FULL)
+    assert parse_dimensions(reply) == {k: float(v) for k, v in FULL.items()}
+
+
+def test_last_json_object_wins_over_a_quoted_one():
+    quoted = '{"usefulness": 5, "richness": 5, "soundness": 5, "interpretability": 5, "readability": 5}'
+    own = '{"usefulness": 2, "richness": 2, "soundness": 2, "interpretability": 2, "readability": 2}'
+    reply = f"The report ends with {quoted}, which is not a verdict.\n{own}"
+    assert set(parse_dimensions(reply).values()) == {2.0}
+
+
+def test_dimension_names_are_case_insensitive_and_extra_keys_ignored():
+    shouted = {k.upper() if k == "richness" else k.capitalize(): v for k, v in FULL.items()}
+    reply = json.dumps({**shouted, "note": "x"})
+    assert "usefulness" not in reply and "RICHNESS" in reply
+    assert parse_dimensions(reply)["usefulness"] == 4.0
+
+
+@pytest.mark.parametrize(
+    ("reply", "cause"),
+    [
+        ('{"usefulness": 4, "richness": 3, "soundness": 5, "interpretability": 2}', "readability"),
+        (
+            '{"usefulness": 6, "richness": 3, "soundness": 5, "interpretability": 2, "readability": 1}',
+            "outside",
+        ),
+        (
+            '{"usefulness": 0, "richness": 3, "soundness": 5, "interpretability": 2, "readability": 1}',
+            "outside",
+        ),
+        (
+            '{"usefulness": "good", "richness": 3, "soundness": 5, "interpretability": 2, "readability": 1}',
+            "number",
+        ),
+        (
+            '{"usefulness": true, "richness": 3, "soundness": 5, "interpretability": 2, "readability": 1}',
+            "number",
+        ),
+        ("no json here, usefulness 4", "no JSON"),
+        ('```json\n{"usefulness": 4 "richness": 3}\n```', "not valid JSON"),
+    ],
+)
+def test_incomplete_or_invalid_dimensions_are_parse_failures(reply: str, cause: str):
+    with pytest.raises(JudgeParseError, match=cause) as info:
+        parse_dimensions(reply)
+    assert info.value.raw == reply
+
+
+def test_dimensions_are_the_five_upstream_names():
+    assert DIMENSIONS == ("usefulness", "richness", "soundness", "interpretability", "readability")
