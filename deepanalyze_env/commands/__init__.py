@@ -1,0 +1,5 @@
+"""One module per ``deepanalyze-rl`` subcommand, each with ``add_parser(subparsers)``."""
+
+from __future__ import annotations
+
+COMMANDS = ("train", "rollout")  # modules under deepanalyze_env.commands, in --help order
