@@ -109,3 +109,14 @@ def test_train_writes_metrics_records_and_curves(tiny_tokenizer, workspace_root,
     assert len(episodes) == 8 and {e["task_id"] for e in episodes} == {"q1"}
     assert len({e["episode_id"] for e in episodes}) == 8
     assert (out / "reward_curves.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("name", ["trl_cpu_smoke.yaml", "trl_grpo.yaml"])
+def test_shipped_trl_recipes_are_valid(name):
+    from deepanalyze_env.train_trl import _grpo_config
+
+    root = Path(__file__).resolve().parents[2]
+    recipe = load_recipe(root / "recipes" / name, ["trl.bf16=false", "trl.use_vllm=false"])
+    config = _grpo_config(recipe, root / "runs" / "unused", cuda=False)
+    assert config.num_generations >= 4 and config.temperature == 1.0
+    assert config.mask_truncated_completions is True
