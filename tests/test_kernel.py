@@ -203,3 +203,22 @@ def test_worker_killed_between_cells_is_reported_as_lost(tmp_path: Path):
             k.run("print(1)")
     finally:
         k.close()
+
+
+def test_kernel_can_run_under_another_interpreter(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """executor.python: cells run in a separate venv (here a bare one, without the stack)."""
+    import subprocess
+    import sys
+
+    venv = tmp_path / "other-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    work = tmp_path / "ws"
+    work.mkdir()
+    k = Kernel(work, python=str(venv / "bin" / "python"), preload=("json", "pandas"))
+    try:
+        assert k.run("import sys\nprint(sys.prefix)").output.strip() == str(venv)
+        assert "ModuleNotFoundError" in k.run("import pandas").output
+        assert "pandas" not in k.versions and k.versions["python"]
+        assert "pandas" in k.server.failed_preloads
+    finally:
+        k.close()
