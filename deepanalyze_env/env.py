@@ -7,6 +7,7 @@ become observations and statuses, infrastructure faults become ``environment_err
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from importlib import resources
@@ -81,6 +82,12 @@ class DeepAnalyzeEnv(BaseTextEnv):
         self.profile = PROFILES[self.config.profile]
         self.extras = dict(extras or {})
         spec = self.extras.get("reward_spec")
+        if isinstance(spec, str):  # parquet files may carry it as JSON text (prepare-data does)
+            try:
+                spec = json.loads(spec)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"extras.reward_spec is a string but not JSON: {exc.msg}")
+            self.extras["reward_spec"] = spec
         if spec is None:
             raise ConfigError("extras.reward_spec is missing: every dataset row needs a reward_spec column")
         try:

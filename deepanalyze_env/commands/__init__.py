@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-COMMANDS = ("train", "rollout")  # modules under deepanalyze_env.commands, in --help order
+COMMANDS = ("train", "rollout", "prepare_data")  # modules under deepanalyze_env.commands, in --help order
