@@ -307,7 +307,12 @@ class DeepAnalyzeEnv(BaseTextEnv):
                 metrics[f"reward/{name}"] = value
         return metrics
 
-    def close(self) -> None:
+    def close(self, *, record: bool = True) -> None:
+        """Release the worker and scratch workspace; append the record when ``records_dir`` is set.
+
+        ``record=False`` is for a caller abandoning an episode it could not finish (``rollout``
+        when its policy fails or the run is interrupted): a half episode is not data.
+        """
         if self._closed:
             return
         self._closed = True
@@ -315,7 +320,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
             self.kernel.close()
         if self.workspace is not None:
             self.workspace.remove()
-        if self.config.records_dir:
+        if record and self.config.records_dir:
             try:
                 RecordWriter.for_dir(self.config.records_dir).append(build_record(self))
             except OSError as exc:

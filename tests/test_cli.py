@@ -29,7 +29,8 @@ def test_scripted_rollout_records_every_episode(tmp_path: Path):
         args += ["--workspace-root", str(DATA), "--out", str(out)]
         code = main([*args, "--judge-base-url", judge.url, "--judge-model", "scripted-judge"])
     assert code == 0
-    lines = [json.loads(x) for p in out.glob("episodes-*.jsonl") for x in p.read_text().splitlines()]
+    lines = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
+    assert len(list((out / "records").glob("episodes-*.jsonl"))) == 1  # the env's per-process file
     tasks = [json.loads(x) for x in (DATA / "tasks" / "qa.jsonl").read_text().splitlines()]
     assert len(lines) == 2 * len(tasks)  # a good and a bad trajectory per task
     assert {r["reward_status"] for r in lines} == {"scored"}

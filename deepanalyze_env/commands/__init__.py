@@ -2,4 +2,5 @@
 
 from __future__ import annotations
 
-COMMANDS = ("train", "rollout", "prepare_data")  # modules under deepanalyze_env.commands, in --help order
+# modules under deepanalyze_env.commands, in --help order
+COMMANDS = ("train", "rollout", "stats", "rescore", "prepare_data")
