@@ -145,7 +145,7 @@ def make_env(workspace_root: Path):
         "deepanalyze",
         env_config={"workspace_root": str(workspace_root)},
         extras={
-            "reward_spec": {"method": "qa", "ground_truth": "1"},
+            "reward_spec": {"method": "datatask", "ground_truth": "1", "function": ["qa_accuracy"]},
             "data": "workspaces",
             "workspace_id": WORKSPACE_ID,
             "input_seq": "q",

@@ -18,7 +18,18 @@ class ConfigError(ValueError):
 
 @dataclass
 class SandboxConfig:
-    """Placeholder section for the reliability work's sandbox settings (none yet)."""
+    """``executor.sandbox``: protections around each kernel worker (``tools/sandbox.py``).
+
+    None keeps the executor's default (in brackets). What holds depends on privileges: see the
+    README's security model.
+    """
+
+    max_processes: int | None = None  # processes + threads per worker [512]
+    file_size_mb: int | None = None  # largest single file a cell may write [1024]
+    network: bool | None = None  # allow network access [false: empty network namespace]
+    cgroup: bool | None = None  # a pids cgroup per worker where one can be made [true]
+    readonly_fs: bool | None = None  # everything read-only but the workspace, as root [true]
+    tmp_mb: int | None = None  # size of the private /tmp and /dev/shm [256]
 
 
 @dataclass

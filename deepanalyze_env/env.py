@@ -159,6 +159,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
                 preload=tuple(ex.preload) if ex.preload is not None else None,
                 timeout_message=self.profile.timeout_message,
                 crash_message=self.profile.crash_message,
+                sandbox=getattr(ex, "sandbox", None),
             )
             self.kernel_versions = self.kernel.versions
         except (KernelError, OSError) as exc:

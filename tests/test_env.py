@@ -272,3 +272,19 @@ def test_records_are_appended_on_close(workspace_root, tmp_path):
     assert record["versions"]["policy_id"] == "pol-7"
     assert record["versions"]["kernel"]["pandas"]
     assert record["reward_spec"] == {"method": "qa_plain", "ground_truth": "B"}
+
+
+def test_sandbox_settings_reach_the_worker(workspace_root):
+    e = make(workspace_root, executor={"timeout_s": 5, "sandbox": {"file_size_mb": 1}})
+    e.init(PROMPT)
+    try:
+        out = e.step(code("open('big.bin', 'wb').write(b'x' * 3 * 1024 * 1024)"))
+        assert out["metadata"]["exec"]["status"] == "error"
+        assert "File too large" in out["observations"][0]["content"]
+    finally:
+        e.close()
+
+
+def test_unknown_sandbox_key_is_rejected(workspace_root):
+    with pytest.raises(ConfigError, match=r"unknown key env_config\.executor\.sandbox\.max_procs"):
+        make(workspace_root, executor={"sandbox": {"max_procs": 3}})

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import select
 import shutil
 import signal
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools import kernel_server as wire
+from tools import sandbox as sandboxing
 from tools.output import CappedOutput
 
 log = logging.getLogger(__name__)
@@ -47,7 +49,18 @@ DEFAULT_PRELOAD = (
     "sqlite3",
 )
 SERVER_START_TIMEOUT_S = 180.0
+# Environment variables the kernel server (and so every cell) does not inherit: the judge's API
+# key and anything else that looks like a credential. (A cell running as the same uid can still
+# read /proc/<pid>/environ of other processes of that uid; see the README's security model.)
+_SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+
+
+def kernel_environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not _SECRET_ENV.search(k)}
+
+
 SPAWN_TIMEOUT_S = 30.0
+CGROUP_KILL_WAIT_S = 0.5
 
 
 class KernelError(RuntimeError):
@@ -90,6 +103,7 @@ class KernelServer:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 close_fds=True,
+                env=kernel_environment(),
             )
         except OSError as exc:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -132,8 +146,16 @@ class KernelServer:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def spawn(self, workspace: str, memory_mb: int | None, stateful: bool, cpu_backstop_s: int | None):
-        """Fork a worker; returns (control socket, output read fd, worker pid)."""
+    def spawn(
+        self,
+        workspace: str,
+        memory_mb: int | None,
+        stateful: bool,
+        cpu_backstop_s: int | None,
+        sandbox: dict | None = None,
+    ):
+        """Fork a worker; returns (control socket, output read fd, hello) — hello has its pid
+        and the sandbox protections in force."""
         out_r, out_w = os.pipe()
         ctrl = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -145,6 +167,7 @@ class KernelServer:
                 "memory_mb": memory_mb,
                 "stateful": stateful,
                 "cpu_backstop_s": cpu_backstop_s,
+                "sandbox": sandbox or {},
             }
             wire.send_msg(ctrl, spec, [out_w])
             os.close(out_w)
@@ -162,7 +185,7 @@ class KernelServer:
             raise KernelError("kernel worker exited before it was ready")
         ctrl.settimeout(None)
         os.set_blocking(out_r, False)
-        return ctrl, out_r, int(hello["pid"])
+        return ctrl, out_r, hello
 
     def shutdown(self) -> None:
         with contextlib.suppress(Exception):
@@ -198,6 +221,7 @@ class Kernel:
         cpu_backstop_s: int | None = 3600,
         timeout_message: str | None = None,
         crash_message: str | None = None,
+        sandbox=None,
     ):
         self.workspace = str(workspace)
         self.timeout_s = float(timeout_s)
@@ -207,11 +231,15 @@ class Kernel:
         self.cpu_backstop_s = cpu_backstop_s
         self.timeout_template = timeout_message  # "{timeout}" is replaced; None: the text below
         self.crash_template = crash_message
+        self.sandbox_settings = sandboxing.settings(sandbox)
+        self.sandbox: dict = {}  # protections in force in the current worker (from its hello)
+        self.cgroup: str | None = None
         self.server = KernelServer.get(python, preload)
         self._ctrl: socket.socket | None = None
         self._out: int = -1
         self.pid: int | None = None
         self.restarts = 0
+        self.recycled = 0
         self._start()
 
     @property
@@ -221,12 +249,22 @@ class Kernel:
     def _start(self) -> None:
         if not self.server.alive():
             self.server = KernelServer.get(self.server.python, self.server.preload)
-        self._ctrl, self._out, self.pid = self.server.spawn(
-            self.workspace, self.memory_mb, self.stateful, self.cpu_backstop_s
+        self._ctrl, self._out, hello = self.server.spawn(
+            self.workspace, self.memory_mb, self.stateful, self.cpu_backstop_s, self.sandbox_settings
         )
+        self.pid = int(hello["pid"])
+        self.sandbox = dict(hello.get("sandbox") or {})
+        self.cgroup = self.sandbox.get("cgroup")
 
     def _kill(self) -> None:
+        """Kill the worker and every process it started, wherever they moved (new sessions)."""
         if self.pid is not None:
+            if self.cgroup:
+                # Whatever is left after this bounded wait can no longer fork and is killed for
+                # good by the fork server when it reaps the worker.
+                sandboxing.kill_cgroup(self.cgroup, timeout_s=CGROUP_KILL_WAIT_S)
+            else:
+                sandboxing.kill_tree(self.pid)
             for kill in (os.killpg, os.kill):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     kill(self.pid, signal.SIGKILL)
@@ -234,7 +272,7 @@ class Kernel:
             self._ctrl.close()
         if self._out >= 0:
             os.close(self._out)
-        self._ctrl, self._out, self.pid = None, -1, None
+        self._ctrl, self._out, self.pid, self.cgroup = None, -1, None, None
 
     def _died_while_idle(self) -> bool:
         assert self._ctrl is not None
@@ -297,6 +335,11 @@ class Kernel:
         if status not in ("ok", "error"):
             self._kill()
             self.restarts += 1
+        elif reply and reply.get("leftovers") and not self.stateful:
+            # Threads or processes outlive the cell: recycle the worker so they cannot run on
+            # into later cells (free without stateful cells: the next cell starts fresh anyway).
+            self._kill()
+            self.recycled += 1
         text = output.text()
         if status == "timeout":
             text = _join(text, self._timeout_message())

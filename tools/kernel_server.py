@@ -33,6 +33,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import traceback
 
 _HEADER = struct.Struct(">I")
@@ -152,7 +153,36 @@ def _run_cell(code: str, namespace: dict) -> tuple[str, str | None]:
     return "ok", None
 
 
-def _worker_main(conn: socket.socket, out_fd: int, spec: dict) -> None:
+def _load_sandbox():
+    """``tools/sandbox.py``: a package import under the env, by file path under ``python -I``."""
+    if __package__:
+        from tools import sandbox
+
+        return sandbox
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox.py")
+    spec = importlib.util.spec_from_file_location("_deepanalyze_sandbox", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _leftovers(cgroup: str | None, sandbox) -> bool:
+    """True when the cell left threads or processes running after it returned."""
+    if threading.active_count() > 1:
+        return True
+    if cgroup:
+        return len(sandbox.cgroup_pids(cgroup)) > 1
+    pid = os.getpid()
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return bool(fh.read().split())
+    except OSError:
+        return False
+
+
+def _worker_main(conn: socket.socket, out_fd: int, spec: dict, sandbox, own_cgroup: str | None) -> None:
     if out_fd <= 2 or conn.fileno() <= 2:
         raise RuntimeError("worker fds collide with stdio")  # _fork_spare keeps 0-2 occupied
     os.setsid()  # own process group: the env kills the whole tree with one killpg
@@ -183,11 +213,13 @@ def _worker_main(conn: socket.socket, out_fd: int, spec: dict) -> None:
     if cpu_backstop:
         resource.setrlimit(resource.RLIMIT_CPU, (int(cpu_backstop), int(cpu_backstop) + 5))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    active = sandbox.apply(spec, own_cgroup)
     workspace = spec["workspace"]
     os.chdir(workspace)
     stateful = bool(spec.get("stateful"))
     persistent: dict = {"__name__": "__main__", "__builtins__": builtins}
-    send_msg(conn, {"pid": os.getpid()})
+    me = os.getpid()
+    send_msg(conn, {"pid": me, "sandbox": active})
     while True:
         msg = recv_msg(conn)
         if msg is None or msg.get("op") != "cell":
@@ -195,12 +227,17 @@ def _worker_main(conn: socket.socket, out_fd: int, spec: dict) -> None:
         _reset_cell_state(workspace)
         namespace = persistent if stateful else {"__name__": "__main__", "__builtins__": builtins}
         status, error_type = _run_cell(msg["code"], namespace)
+        if os.getpid() != me:  # a process the cell forked returned here: it must not answer
+            os._exit(0)
         try:
             sys.stdout.flush()
             sys.stderr.flush()
         except Exception:
             pass
-        send_msg(conn, {"status": status, "error_type": error_type})
+        reply = {"status": status, "error_type": error_type}
+        if _leftovers(active["cgroup"], sandbox):
+            reply["leftovers"] = True
+        send_msg(conn, reply)
 
 
 # ----------------------------------------------------------------------------- server side
@@ -260,7 +297,7 @@ def _kill_orphans(live_workers: set[int]) -> None:
                 pass
 
 
-def _reap(workers: set[int]) -> bool:
+def _reap(workers: set[int], sandbox, server_cgroup: str | None, doomed: set[str]) -> bool:
     reaped = False
     while True:
         try:
@@ -269,11 +306,15 @@ def _reap(workers: set[int]) -> bool:
             return reaped
         if pid == 0:
             return reaped
+        if pid in workers and server_cgroup:  # whatever the worker left in its cgroup goes too
+            doomed.add(os.path.join(server_cgroup, f"w{pid}"))
         workers.discard(pid)
         reaped = True
 
 
-def _fork_spare(listener: socket.socket, stdin_fd: int) -> tuple[int, socket.socket]:
+def _fork_spare(
+    listener: socket.socket, stdin_fd: int, sandbox=None, server_cgroup: str | None = None
+) -> tuple[int, socket.socket]:
     """Fork a worker in advance; it waits for its episode (spec, control socket, output fd).
 
     Forking a parent that maps the whole preloaded stack costs 10-30 ms (page tables), so the
@@ -284,6 +325,9 @@ def _fork_spare(listener: socket.socket, stdin_fd: int) -> tuple[int, socket.soc
     if pid == 0:
         try:
             _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            # Join a cgroup of its own now, while idle: moving a process between cgroups waits
+            # for an RCU grace period (~10 ms), which would otherwise delay the episode start.
+            own_cgroup = sandbox.join_new_cgroup(server_cgroup, os.getpid(), None) if server_cgroup else None
             listener.close()
             # Keep fd 0 occupied (by /dev/null) so received fds never land on 0-2.
             devnull = os.open(os.devnull, os.O_RDONLY)
@@ -294,7 +338,7 @@ def _fork_spare(listener: socket.socket, stdin_fd: int) -> tuple[int, socket.soc
             theirs.close()
             if spec is None or len(fds) != 2:
                 os._exit(0)
-            _worker_main(socket.socket(fileno=fds[0]), fds[1], spec)
+            _worker_main(socket.socket(fileno=fds[0]), fds[1], spec, sandbox, own_cgroup)
         except BaseException:
             traceback.print_exc()
         finally:
@@ -304,7 +348,12 @@ def _fork_spare(listener: socket.socket, stdin_fd: int) -> tuple[int, socket.soc
 
 
 def _hand_off(
-    listener: socket.socket, spare: tuple[int, socket.socket], workers: set[int], stdin_fd: int
+    listener: socket.socket,
+    spare: tuple[int, socket.socket],
+    workers: set[int],
+    stdin_fd: int,
+    sandbox=None,
+    server_cgroup: str | None = None,
 ) -> tuple[int, socket.socket] | None:
     """Give one spawn request to the spare worker; returns the spare still unused, or None."""
     conn, _ = listener.accept()
@@ -322,7 +371,7 @@ def _hand_off(
     if not _alive_child(spare_pid):  # the spare was killed from outside: fork a fresh one
         workers.discard(spare_pid)
         handoff.close()
-        spare_pid, handoff = _fork_spare(listener, stdin_fd)
+        spare_pid, handoff = _fork_spare(listener, stdin_fd, sandbox, server_cgroup)
         workers.add(spare_pid)
     try:
         send_msg(handoff, spec, [conn.fileno(), fds[0]])
@@ -344,30 +393,44 @@ def _alive_child(pid: int) -> bool:
 
 def serve(sock_path: str, config: dict) -> None:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    sandbox = _load_sandbox()
+    sandbox.sweep_cgroups(keep_server_pid=os.getpid())
+    server_cgroup = sandbox.server_cgroup(os.getpid())
+    sandbox.READONLY_FS_WORKS = sandbox.probe_readonly_fs()  # inherited by every forked worker
     failed = _preload(list(config.get("preload", [])))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(sock_path)
     listener.listen(128)
-    ready = {"ready": True, "pid": os.getpid(), "versions": _versions(), "failed_preloads": failed}
+    ready = {
+        "ready": True,
+        "pid": os.getpid(),
+        "versions": _versions(),
+        "failed_preloads": failed,
+        "cgroup": server_cgroup,
+    }
     sys.stdout.write(json.dumps(ready) + "\n")
     sys.stdout.flush()
     gc.collect()
     gc.freeze()  # keep preloaded objects out of future collections: fewer copy-on-write pages
     workers: set[int] = set()
+    doomed: set[str] = set()  # cgroups of exited workers still to empty and remove
     stdin_fd = sys.stdin.fileno()
-    spare = _fork_spare(listener, stdin_fd)
+    spare = _fork_spare(listener, stdin_fd, sandbox, server_cgroup)
     workers.add(spare[0])
     while True:
         readable, _, _ = select.select([listener, stdin_fd], [], [], 0.5)
         if stdin_fd in readable and not os.read(stdin_fd, 4096):
             break  # our owner is gone
         if listener in readable:
-            spare = _hand_off(listener, spare, workers, stdin_fd)
+            spare = _hand_off(listener, spare, workers, stdin_fd, sandbox, server_cgroup)
         # Housekeeping after the hand-off, off the critical path of episode start.
-        if _reap(workers):
+        if _reap(workers, sandbox, server_cgroup, doomed):
             _kill_orphans(workers)
+        for path in list(doomed):
+            if sandbox.kill_cgroup(path, timeout_s=0):
+                doomed.discard(path)
         if spare is None:
-            spare = _fork_spare(listener, stdin_fd)
+            spare = _fork_spare(listener, stdin_fd, sandbox, server_cgroup)
             workers.add(spare[0])
     for pid in list(workers):
         try:
@@ -375,6 +438,15 @@ def serve(sock_path: str, config: dict) -> None:
         except OSError:
             pass
     _kill_orphans(set())
+    if server_cgroup:
+        for name in os.listdir(server_cgroup) if os.path.isdir(server_cgroup) else []:
+            child = os.path.join(server_cgroup, name)
+            if os.path.isdir(child):
+                sandbox.kill_cgroup(child, timeout_s=2.0)
+        try:
+            os.rmdir(server_cgroup)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -69,10 +69,14 @@ class Workspace:
                 sweep_stale(root)
         pid = os.getpid()
         self.path = root / f"{pid}-{_start_time(pid) or 0}-{uuid.uuid4().hex[:12]}"
-        if source is not None:
-            shutil.copytree(source, self.path, symlinks=False)
-        else:
-            self.path.mkdir()
+        try:
+            if source is not None:
+                shutil.copytree(source, self.path, symlinks=False)
+            else:
+                self.path.mkdir()
+        except BaseException:  # disk full mid-copy: leave no half-copied folder behind
+            self.remove()
+            raise
 
     def remove(self) -> None:
         handler = {"onexc": _force_remove} if sys.version_info >= (3, 12) else {"onerror": _force_remove}

@@ -1,0 +1,195 @@
+"""Malformed actions (issue 8): >= 10,000 generated actions through ``step()`` of a real env.
+
+No exception escapes, every step's output matches DESIGN contract 3, truncation cuts after the
+earliest ``</Code>``/``</Answer>``, and the gate is decided over the policy's own turns. Episodes
+are long (max_turns is large) so one env serves many actions; an ``<Answer>`` ends it and the
+next example gets a fresh one. Most generated code is garbage that fails to compile, so cells
+stay fast; a few 1 MB actions run through as well.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import skyrl_gym
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from deepanalyze_env import protocol
+from deepanalyze_env.records import read_records
+from rewards import Method, register_method
+from tests.conftest import qa_extras
+
+register_method(Method("fuzz_fenced", ("qa_accuracy",), fence_gate=True))
+
+EXEC_STATUSES = {"ok", "error", "timeout", "crashed", "no_code"}
+TOKENS = [
+    "<Analyze>", "</Analyze>", "<Understand>", "</Understand>", "<Code>", "</Code>", "<Answer>",
+    "</Answer>", "<code>", "</CODE>", "<ANSWER>", "</answer>", "<Execute>", "</Execute>",
+    "<think>", "</think>", "```python\n", "```py\n", "```\n", "```", "\n", "Answer: B", "Answer:",
+    "print(1)\n", "print('</Code>')\n", "x = '</Answer>'\n", "'''</Code>'''", "# </Code>\n",
+    "\x00", "\ud800", "\udfff", "\ufeff", "\r\n", "é", "😀", "import os\n", "raise ValueError\n",
+    "<Code>```python\nprint(2)\n```</Code>", "<Answer>B</Answer>",
+]  # fmt: skip
+pieces = st.one_of(st.sampled_from(TOKENS), st.text(max_size=20))
+actions = st.lists(pieces, max_size=25).map("".join)
+big_actions = st.tuples(
+    st.lists(st.sampled_from(TOKENS), max_size=6).map("".join),
+    st.sampled_from(["x", "\x00", "<Code>", "é", "a\n"]),
+    st.lists(st.sampled_from(TOKENS), max_size=6).map("".join),
+).map(lambda t: t[0] + t[1] * (1_000_000 // len(t[1])) + t[2])
+
+COUNT = {"actions": 0, "episodes": 0}
+
+
+class Runner:
+    """Keeps one live episode; starts a new one when the last ended."""
+
+    def __init__(self, root: Path, records: Path, method: str):
+        self.root, self.records, self.method = root, records, method
+        self.env = None
+        self.closed: list = []
+
+    def live(self):
+        if self.env is None:
+            self.env = skyrl_gym.make(
+                "deepanalyze",
+                env_config={
+                    "workspace_root": str(self.root),
+                    "max_turns": 1_000_000,
+                    "records_dir": str(self.records),
+                    "executor": {"timeout_s": 5, "max_output_chars": 2000},
+                },
+                extras=qa_extras(reward_spec={"method": self.method, "ground_truth": "B"}),
+            )
+            self.env.init([{"role": "user", "content": "Which store?"}])
+            COUNT["episodes"] += 1
+        return self.env
+
+    def end(self):
+        if self.env is not None:
+            self.env.close()
+            self.closed.append(self.env.workspace.path if self.env.workspace else None)
+            self.env = None
+
+
+def check_step(env, action: str, out, fence_gate: bool) -> bool:
+    """Assert contract 3 for one step; returns True when the episode ended."""
+    assert set(out) >= {"observations", "reward", "done", "metadata", "postprocessed_action"}
+    cut = protocol.truncate_action(action)
+    assert out["postprocessed_action"] == cut
+    assert action.startswith(cut)
+    stops = [action.find(t) + len(t) for t in protocol.STOP_TAGS if t in action]
+    assert len(cut) == (min(stops) if stops else len(action))
+    meta = out["metadata"]
+    assert isinstance(out["reward"], float) and math.isfinite(out["reward"])
+    if not out["done"]:
+        assert out["reward"] == 0.0
+        assert set(meta) == {"code_pass", "exec"}
+        ex = meta["exec"]
+        assert set(ex) == {"status", "elapsed_ms", "truncated"}
+        assert ex["status"] in EXEC_STATUSES
+        assert meta["code_pass"] == int(ex["status"] == "ok")
+        assert isinstance(ex["truncated"], bool) and ex["elapsed_ms"] >= 0
+        if protocol.extract_code(cut) is None:
+            assert ex["status"] == "no_code"
+        else:
+            assert ex["status"] != "no_code"
+        assert not protocol.has_answer(cut)
+        [obs] = out["observations"]
+        assert obs["role"] == "user"
+        assert obs["content"].startswith("\n<Execute>\n") and obs["content"].endswith("\n</Execute>\n")
+        return False
+    assert protocol.has_answer(cut)
+    assert out["observations"] == []
+    assert {"reward_components", "reward_status", "format_ok", "gate", "termination", "code_pass",
+            "turns", "exec"} <= set(meta)  # fmt: skip
+    assert meta["reward_status"] == "scored", meta.get("error")
+    assert meta["termination"] == "answer"
+    assert meta["turns"] == len(env.policy_turns) == len(meta["code_pass"]) + 1
+    policy_text = "\n".join(env.policy_turns)
+    expected_gate = None
+    if protocol.missing_gate_tags(policy_text):
+        expected_gate = "tags"
+    elif fence_gate and not all(protocol.is_python_fenced(b) for b in protocol.code_blocks(policy_text)):
+        expected_gate = "fence"
+    assert meta["gate"] == expected_gate
+    if expected_gate:
+        assert out["reward"] == -1.0 and meta["reward_components"] == {"format_gate": -1.0}
+        assert meta["format_ok"] is False
+    else:
+        assert meta["format_ok"] is True and set(meta["reward_components"]) >= {"qa_accuracy"}
+    return True
+
+
+@pytest.fixture(scope="module")
+def fuzz_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("fuzzroot")
+    (root / "data" / "ws").mkdir(parents=True)
+    (root / "data" / "ws" / "sales.csv").write_text("store,revenue\nA,10\nB,32\n")
+    return root
+
+
+def _run(runner: Runner, batch: list[str], fence_gate: bool) -> None:
+    for action in batch:
+        env = runner.live()
+        out = env.step(action)
+        COUNT["actions"] += 1
+        if check_step(env, action, out, fence_gate):
+            again = env.step("anything")  # a step after the end repeats the final result
+            assert again["done"] is True and again["reward"] == out["reward"]
+            runner.end()
+
+
+@pytest.mark.parametrize(
+    ("method", "examples"), [("qa_plain", 2600), ("fuzz_fenced", 900)], ids=["tags_gate", "fence_gate"]
+)
+def test_generated_actions_keep_the_contract(fuzz_root: Path, tmp_path: Path, method: str, examples: int):
+    records = tmp_path / "records"
+    runner = Runner(fuzz_root, records, method)
+    start = COUNT["actions"]
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=True,  # the same actions on every run: CI failures reproduce
+        phases=(Phase.explicit, Phase.generate),  # no shrinking: it could outrun the CI budget
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.lists(actions, min_size=1, max_size=5))
+    def fuzz(batch: list[str]) -> None:
+        _run(runner, batch, fence_gate=method == "fuzz_fenced")
+
+    try:
+        fuzz()
+    finally:
+        runner.end()
+    assert COUNT["actions"] - start >= examples  # at least one action per example
+    assert all(path is None or not path.exists() for path in runner.closed)
+    written = read_records(next(records.glob("episodes-*.jsonl")))
+    assert len(written) == len(runner.closed)  # every episode's record, surrogates and all
+
+
+def test_one_megabyte_actions(fuzz_root: Path, tmp_path: Path):
+    runner = Runner(fuzz_root, tmp_path / "records", "qa_plain")
+
+    @settings(max_examples=6, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+    @given(big_actions)
+    def fuzz(action: str) -> None:
+        _run(runner, [action], fence_gate=False)
+
+    try:
+        fuzz()
+    finally:
+        runner.end()
+
+
+def test_at_least_ten_thousand_actions_ran():
+    """Runs last in this module: the two fuzz tests above together stepped >= 10,000 actions."""
+    if COUNT["actions"] == 0:
+        pytest.skip("run with the fuzz tests")
+    assert COUNT["actions"] >= 10_000, COUNT
