@@ -316,6 +316,19 @@ def _kept_flags(path: str) -> int:
     )
 
 
+def _paths_under(root: str) -> list[str]:
+    """Outermost interpreter/import folders (prefixes, sys.path) that lie under ``root``."""
+    import sys
+
+    found = set()
+    for entry in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path):
+        if entry and os.path.isdir(entry):
+            real = os.path.realpath(entry)
+            if real.startswith(root.rstrip("/") + "/"):
+                found.add(real)
+    return [p for p in sorted(found) if not any(p.startswith(q + "/") for q in found if q != p)]
+
+
 def _readonly_filesystem(workspace: str, tmp_mb: int) -> str | None:
     """Root only: make every mount read-only in a private mount namespace except the workspace,
     and give the worker its own empty /tmp and /dev/shm. Returns a description, or None."""
@@ -338,8 +351,23 @@ def _readonly_filesystem(workspace: str, tmp_mb: int) -> str | None:
                 _mount(libc, None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(point))
         for private in ("/tmp", "/dev/shm"):
             if os.path.isdir(private):
-                size = f"size={int(tmp_mb)}m,mode=1777"
-                _mount(libc, "tmpfs", private, "tmpfs", MS_NOSUID | MS_NODEV, size)
+                # The interpreter, its venv and sys.path may live under /tmp (a CI checkout):
+                # keep them visible, read-only, on top of the fresh tmpfs.
+                kept = _paths_under(private)
+                fds = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in kept]
+                try:
+                    size = f"size={int(tmp_mb)}m,mode=1777"
+                    _mount(libc, "tmpfs", private, "tmpfs", MS_NOSUID | MS_NODEV, size)
+                    for path, fd in zip(kept, fds, strict=True):
+                        os.makedirs(path, exist_ok=True)
+                        _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+                        with contextlib.suppress(OSError):
+                            _mount(
+                                libc, None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(path)
+                            )
+                finally:
+                    for fd in fds:
+                        os.close(fd)
         # The workspace (maybe under the /tmp just covered) comes back, writable, by its fd.
         os.makedirs(workspace, exist_ok=True)
         _mount(libc, f"/proc/self/fd/{ws_fd}", workspace, None, MS_BIND)
