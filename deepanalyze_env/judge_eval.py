@@ -323,12 +323,20 @@ def run_samples(
 ) -> list[Sample]:
     """Every (case, candidate, repeat) scored concurrently on the background loop.
 
-    The client's semaphore caps how many judge calls are in flight, so all samples can be
-    submitted at once. ``on_done`` runs in the calling thread as each one finishes (progress).
+    At most ``concurrency`` samples run at once. The client would cap the calls anyway, but
+    its latency clock starts before its own queue; submitting everything at once would make
+    the reported latency the time spent waiting behind other samples rather than the judge's
+    answer time. ``on_done`` runs in the calling thread as each sample finishes (progress).
     """
     loop = background_loop()
+    gate = asyncio.Semaphore(client.settings.concurrency)
+
+    async def bounded(case: FixtureCase, index: int, repeat: int) -> Sample:
+        async with gate:
+            return await score_sample(case, index, repeat, client, score_rule)
+
     futures = [
-        asyncio.run_coroutine_threadsafe(score_sample(case, index, repeat, client, score_rule), loop)
+        asyncio.run_coroutine_threadsafe(bounded(case, index, repeat), loop)
         for case in cases
         for index in range(len(case.candidates))
         for repeat in range(repeats)

@@ -339,6 +339,26 @@ def test_repeats_are_separate_samples_and_the_cache_serves_a_rerun(
     assert again["score_std_across_repeats"] == approx(report["score_std_across_repeats"])
 
 
+def test_latency_is_the_judges_answer_time_not_time_queued(
+    tmp_path: Path, server: FakeJudgeServer, config: Path
+):
+    # 6 calls of 0.15 s, 2 at a time. Had all 6 been handed to the client at once, its latency
+    # clock (started before its queue) would read 0.15, 0.15, 0.3, 0.3, 0.45, 0.45 s: median 0.3.
+    fixtures = write_jsonl(
+        tmp_path / "f.jsonl",
+        [
+            case(f"q{i}", "judge_analysis", ("reference", f"q{i}-ref"), ("wrong", f"q{i}-wrong"))
+            for i in range(3)
+        ],
+    )
+    server.script(Reply(text="SCORE: 3", delay_s=0.15))
+    code, report, _ = run(
+        server, config, tmp_path / "o", "--fixtures", str(fixtures), "--judge-concurrency", "2"
+    )
+    assert code == 0 and server.max_in_flight == 2
+    assert 150 <= report["latency_ms_p50"] < 250
+
+
 def test_prompt_dir_is_used_and_hashed(tmp_path: Path, server: FakeJudgeServer, config: Path):
     prompts = tmp_path / "prompts"
     prompts.mkdir()
