@@ -83,10 +83,13 @@ class EnvConfig:
     judge: JudgeConfig = field(default_factory=JudgeConfig)
 
     @classmethod
-    def from_any(cls, raw: Any) -> EnvConfig:
-        if isinstance(raw, EnvConfig):
+    def from_any(cls, raw: Any, path: str = "env_config") -> EnvConfig:
+        """Strict build from a dict, an OmegaConf node or an EnvConfig; ``path`` prefixes error
+        messages (``environment.skyrl_gym.deepanalyze`` under SkyRL). An EnvConfig that SkyRL's
+        config builder made holds plain dicts in its nested sections, so it is rebuilt."""
+        if isinstance(raw, EnvConfig) and _fully_typed(raw):
             return raw
-        config = _build(cls, to_plain(raw), "env_config")
+        config = _build(cls, to_plain(raw), path)
         config.validate()
         return config
 
@@ -96,6 +99,14 @@ class EnvConfig:
         if not self.observation_role:
             raise ConfigError("env_config.observation_role must be a non-empty role name")
         self.executor.validate()
+
+
+def _fully_typed(config: EnvConfig) -> bool:
+    return (
+        isinstance(config.executor, ExecutorConfig)
+        and isinstance(config.executor.sandbox, SandboxConfig)
+        and isinstance(config.judge, JudgeConfig)
+    )
 
 
 def to_plain(raw: Any) -> dict:

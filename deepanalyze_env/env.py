@@ -26,6 +26,10 @@ from tools.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
+REWARD_STATUSES = ("scored", "verifier_error", "environment_error")
+TERMINATIONS = ("answer", "max_turns", "length", "error")
+EXEC_STATUSES = ("ok", "error", "timeout", "crashed", "no_code", "skipped")
+
 NO_CODE_MESSAGE = (
     "[Error]:\nNo code was found in this turn. Put Python code in a fenced block inside "
     "<Code>...</Code>, or give the final answer inside <Answer>...</Answer>."
@@ -182,6 +186,14 @@ class DeepAnalyzeEnv(BaseTextEnv):
         cut = self.profile.truncate(text)
         self.policy_turns.append(cut)
         self.messages.append({"role": "assistant", "content": cut})
+        out = self._advance(cut)
+        if cut == text:
+            # Nothing was cut: None tells SkyRL's generator to keep the sampled tokens as they are
+            # (a postprocessed action makes it re-tokenize the text, breaking token-in-token-out).
+            out["postprocessed_action"] = None
+        return out
+
+    def _advance(self, cut: str) -> BaseTextEnvStepOutput:
         try:
             if self._infra_error:
                 return self._finish("error", cut, infra_error=self._infra_error)
@@ -296,14 +308,26 @@ class DeepAnalyzeEnv(BaseTextEnv):
         )
 
     def get_metrics(self) -> dict[str, Any]:
-        metrics: dict[str, Any] = {"turns": self.turns}
+        """Numbers only, one dict per episode; skyrl_gym averages each key over the episodes that
+        have it, so statuses, terminations and exec outcomes are given for every finished episode
+        (0 or 1, or a per-turn fraction) and their means read as rates. ``finished`` 0 means the
+        trainer stopped the episode (token budget) before the env said done; SkyRL adapters key on it.
+        """
+        metrics: dict[str, Any] = {"turns": self.turns, "finished": float(self.final_metadata is not None)}
         if self.code_pass:
             metrics["code_pass_rate"] = sum(self.code_pass) / len(self.code_pass)
+        if self.exec_log:
+            for status in EXEC_STATUSES:
+                hits = sum(1 for e in self.exec_log if e.get("status") == status)
+                metrics[f"exec_{status}"] = hits / len(self.exec_log)
         if self.final_metadata is not None:
             meta = self.final_metadata
+            metrics["reward"] = self.final_reward
             metrics["format_ok"] = float(meta["format_ok"])
-            metrics[f"status_{meta['reward_status']}"] = 1.0
-            metrics[f"termination_{meta['termination']}"] = 1.0
+            for status in REWARD_STATUSES:
+                metrics[f"status_{status}"] = float(meta["reward_status"] == status)
+            for termination in TERMINATIONS:
+                metrics[f"termination_{termination}"] = float(meta["termination"] == termination)
             for name, value in meta["reward_components"].items():
                 metrics[f"reward/{name}"] = value
         return metrics
@@ -316,6 +340,10 @@ class DeepAnalyzeEnv(BaseTextEnv):
         """
         if self._closed:
             return
+        if record and self.final_metadata is None and self.turns > 0:
+            # The trainer ended the loop without a final step: SkyRL's generator stops a trajectory
+            # whose input outgrew max_input_length and closes the env. That is a token budget.
+            self.end_for_length()
         self._closed = True
         if self.kernel is not None:
             self.kernel.close()

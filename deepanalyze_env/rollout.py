@@ -137,7 +137,8 @@ def run_episode(
                 action = PolicyTurn(action)
             _add_usage(usage, action)
             out = env.step(action.text)
-            messages = [*messages, {"role": "assistant", "content": out["postprocessed_action"] or ""}]
+            kept = out["postprocessed_action"]  # None: the action was kept whole
+            messages = [*messages, {"role": "assistant", "content": action.text if kept is None else kept}]
             messages.extend(out["observations"])
             turn += 1
             if out["done"]:

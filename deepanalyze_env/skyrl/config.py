@@ -1,0 +1,122 @@
+"""SkyRL 0.4's config tree, extended (by subclassing, as SkyRL asks) with our two sections.
+
+- ``environment.skyrl_gym.deepanalyze``: the env config (DESIGN contract 2), so
+  ``environment.skyrl_gym.deepanalyze.judge.base_url=…`` works on the command line. SkyRL's
+  generator hands this object to ``skyrl_gym.make`` as ``env_config``.
+- ``deepanalyze``: options of the SkyRL adapter itself (what the recipe's ``rollout:`` holds).
+
+Our defaults go in *before* the user's overrides, so anything here can be overridden; they
+are the settings this env needs (DESIGN "Token layout", contract 3) and SkyRL's own defaults
+would get wrong (``max_turns`` 1, gsm8k env class, conversation-style observations).
+"""
+
+# No `from __future__ import annotations` in this module: SkyRL's config builder resolves field
+# types as classes, and string annotations would make it skip our nested sections.
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import OmegaConf
+from skyrl.train.config import (
+    BaseConfig,
+    EnvironmentConfig,
+    SkyRLGymConfig,
+    SkyRLTrainConfig,
+)
+
+from deepanalyze_env.config import ConfigError, EnvConfig
+
+ENV_SECTION = "environment.skyrl_gym.deepanalyze"
+ESTIMATOR = "deepanalyze_grpo"
+STOP = ["</Code>", "</Answer>"]
+
+# Applied under the user's overrides (theirs win). Each is something the env relies on.
+DEFAULTS: dict[str, Any] = {
+    "environment.env_class": "deepanalyze",
+    "generator.max_turns": 30,  # DeepAnalyze's turn limit; SkyRL's default is 1
+    "generator.use_conversation_multi_turn": False,  # observations as raw text in one assistant turn
+    "generator.sampling_params.stop": STOP,  # a turn ends at the tag that completes an action
+    "generator.apply_overlong_filtering": True,  # contract 3: length-cut episodes stay out of the loss
+    "trainer.algorithm.advantage_estimator": ESTIMATOR,  # infra failures out of the gradient
+    "trainer.logger": "console",  # SkyRL defaults to wandb, which refuses to start without a key
+}
+
+
+@dataclass
+class DeepAnalyzeGymConfig(SkyRLGymConfig):
+    deepanalyze: EnvConfig = field(default_factory=EnvConfig)
+
+
+@dataclass
+class DeepAnalyzeEnvironmentConfig(EnvironmentConfig):
+    env_class: str = "deepanalyze"
+    skyrl_gym: DeepAnalyzeGymConfig = field(default_factory=DeepAnalyzeGymConfig)
+
+
+@dataclass
+class AdapterConfig(BaseConfig):
+    score_truncated: bool = False
+    """Episodes the trainer stopped for length (the env never said done): False keeps them out of
+    the loss and the baseline (DESIGN contract 3); True trains on them as a failed gate (−1.0)."""
+
+
+@dataclass
+class DeepAnalyzeSkyRLConfig(SkyRLTrainConfig):
+    environment: DeepAnalyzeEnvironmentConfig = field(default_factory=DeepAnalyzeEnvironmentConfig)
+    deepanalyze: AdapterConfig = field(default_factory=AdapterConfig)
+
+
+def _dotlist(overrides: list[str] | dict[str, Any]) -> list[str]:
+    from skyrl.train.config.config import overrides_dict_to_dotlist
+
+    if isinstance(overrides, dict):
+        return overrides_dict_to_dotlist(overrides)
+    bad = [a for a in overrides if "=" not in a]
+    if bad:
+        raise ConfigError(f"argument {bad[0]!r} must look like key.path=value")
+    return list(overrides)
+
+
+def _env_section(dotlist: list[str]) -> dict[str, Any]:
+    node: Any = OmegaConf.from_cli(dotlist)
+    for key in ENV_SECTION.split("."):
+        if key not in node:
+            return {}
+        node = node[key]
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
+def parse_config(overrides: list[str] | dict[str, Any]) -> DeepAnalyzeSkyRLConfig:
+    """Defaults, then ``overrides`` (``key.path=value`` strings or a dotted dict), validated.
+
+    Our env section is checked first with the env's own strict rules so that a typo deep inside
+    it (``…deepanalyze.judge.bse_url``) is reported with its full dotted path; everything else is
+    SkyRL's strict dataclass validation. Errors are ``ConfigError`` with one line.
+    """
+    dotlist = _dotlist(DEFAULTS) + _dotlist(overrides)
+    env_raw = _env_section(dotlist)
+    if not isinstance(env_raw, dict):
+        raise ConfigError(f"{ENV_SECTION} must be a mapping")
+    EnvConfig.from_any(env_raw, path=ENV_SECTION)
+    try:
+        cfg = DeepAnalyzeSkyRLConfig.from_cli_overrides(dotlist)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"SkyRL config: {exc}") from exc
+    gym = cfg.environment.skyrl_gym
+    gym.deepanalyze = EnvConfig.from_any(gym.deepanalyze, path=ENV_SECTION)
+    if cfg.deepanalyze.score_truncated and cfg.generator.apply_overlong_filtering:
+        raise ConfigError(
+            "deepanalyze.score_truncated=true needs generator.apply_overlong_filtering=false "
+            "(the filter would mask those episodes before they could be scored)"
+        )
+    if cfg.generator.step_wise_trajectories:
+        raise ConfigError(
+            "generator.step_wise_trajectories=true is not supported: this env appends observations "
+            "inside one assistant turn (generator.use_conversation_multi_turn=false)"
+        )
+    return cfg
+
+
+def env_config_dict(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg.environment.skyrl_gym.deepanalyze)

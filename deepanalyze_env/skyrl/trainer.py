@@ -1,0 +1,94 @@
+"""``DeepAnalyzeTrainer``: SkyRL's ``RayPPOTrainer`` plus the two things our env needs.
+
+1. ``postprocess_generator_output`` (the hook SkyRL keeps for reward and loss-mask post-processing)
+   reads each row's env metrics: an episode whose reward is not a measurement
+   (``verifier_error`` / ``environment_error``) gets an all-zero loss mask, and so does an
+   episode the generator stopped for length (the env never said done) unless
+   ``deepanalyze.score_truncated`` is set, in which case it trains as a failed gate (−1.0).
+2. ``compute_advantages_and_returns`` shows the estimator a response mask whose rows are zero
+   where the loss mask is all zero, which is how ``deepanalyze_grpo`` knows to leave those rows
+   out of the group baseline (see ``advantage``). The real mask is put back afterwards.
+
+Counts of excluded rows go to the step's metrics under ``deepanalyze/``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from skyrl.train.trainer import RayPPOTrainer
+
+log = logging.getLogger(__name__)
+
+FAILED_GATE = -1.0
+
+
+def row_verdict(env_metrics: dict[str, Any] | None, score_truncated: bool) -> str:
+    """``train`` | ``infra`` (reward not measured) | ``length`` (masked) | ``length_scored``."""
+    metrics = env_metrics or {}
+    if not metrics.get("finished", 1.0):
+        return "length_scored" if score_truncated else "length"
+    if metrics.get("status_scored", 1.0) != 1.0:
+        return "infra"
+    return "train"
+
+
+def _set_final_reward(reward: Any, value: float) -> Any:
+    if isinstance(reward, list):  # token-level: the episode's reward sits on one token
+        out = [0.0] * len(reward)
+        if out:
+            out[-1] = value
+        return out
+    return value
+
+
+def exclude_rows(generator_output: dict[str, Any], score_truncated: bool) -> dict[str, int]:
+    """Apply the verdicts in place; returns how many rows each verdict got."""
+    env_metrics = generator_output.get("env_metrics") or [None] * len(generator_output["loss_masks"])
+    counts = {"train": 0, "infra": 0, "length": 0, "length_scored": 0}
+    masks = generator_output["loss_masks"]
+    rewards = generator_output["rewards"]
+    for i, metrics in enumerate(env_metrics):
+        verdict = row_verdict(metrics, score_truncated)
+        counts[verdict] += 1
+        if verdict in ("infra", "length"):
+            masks[i] = [0] * len(masks[i])
+        elif verdict == "length_scored":
+            rewards[i] = _set_final_reward(rewards[i], FAILED_GATE)
+    return counts
+
+
+class DeepAnalyzeTrainer(RayPPOTrainer):
+    def postprocess_generator_output(self, generator_output, uids, *args, **kwargs):
+        adapter = getattr(self.cfg, "deepanalyze", None)
+        counts = exclude_rows(generator_output, bool(getattr(adapter, "score_truncated", False)))
+        total = max(1, sum(counts.values()))
+        self.all_metrics.update(
+            {
+                "deepanalyze/excluded_infra": counts["infra"],
+                "deepanalyze/excluded_length": counts["length"],
+                "deepanalyze/scored_length": counts["length_scored"],
+                "deepanalyze/trained_fraction": (counts["train"] + counts["length_scored"]) / total,
+            }
+        )
+        if counts["infra"]:
+            log.warning(
+                "%d of %d episodes had no measured reward (verifier/environment error): kept out of "
+                "the loss and the baseline",
+                counts["infra"],
+                total,
+            )
+        return super().postprocess_generator_output(generator_output, uids, *args, **kwargs)
+
+    def compute_advantages_and_returns(self, data):
+        response_mask = data["response_mask"]
+        trainable = (data["loss_mask"].sum(dim=-1, keepdim=True) > 0).to(response_mask.dtype)
+        data["response_mask"] = response_mask * trainable
+        try:
+            out = super().compute_advantages_and_returns(data)
+        except BaseException:
+            data["response_mask"] = response_mask
+            raise
+        out["response_mask"] = response_mask.to(out["advantages"].device)
+        return out
