@@ -12,6 +12,8 @@ import importlib
 import logging
 import sys
 
+from rich.markup import escape
+
 from deepanalyze_env.commands import COMMANDS
 from deepanalyze_env.commands.common import UsageError, console
 from deepanalyze_env.config import ConfigError
@@ -37,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (UsageError, ConfigError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        # escaped: messages hold literal brackets (pip extras, lists); soft_wrap: one line, always
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/yellow]")

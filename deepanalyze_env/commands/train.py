@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
-from deepanalyze_env.commands.common import UsageError, make_parser
+from deepanalyze_env.commands.common import console, make_parser
 
 
 def add_parser(sub: Any) -> None:
@@ -16,16 +17,34 @@ def add_parser(sub: Any) -> None:
         "deepanalyze-rl train recipes/trl_cpu_smoke.yaml max_steps=2 output_dir=runs/smoke",
     )
     p.add_argument("recipe", metavar="RECIPE", help="recipe YAML (DESIGN contract 7)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. env.max_turns=4")
+    # REMAINDER so that --check may also come after the overrides (argparse would refuse it there)
+    p.add_argument(
+        "overrides",
+        nargs=argparse.REMAINDER,
+        metavar="key=value",
+        help="dotted overrides, e.g. env.max_turns=4",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the recipe (skyrl: the whole resolved SkyRL config) and print it; do not train",
+    )
     p.set_defaults(func=cmd_train)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from deepanalyze_env.recipes import load_recipe
 
-    recipe = load_recipe(args.recipe, args.overrides)
-    if recipe.backend == "trl":
-        from deepanalyze_env.train_trl import train_trl
+    check = args.check or "--check" in args.overrides
+    overrides = [o for o in args.overrides if o != "--check"]
+    recipe = load_recipe(args.recipe, overrides)
+    if recipe.backend == "skyrl":
+        from deepanalyze_env.train_skyrl import train_skyrl
 
-        return train_trl(recipe)
-    raise UsageError("backend skyrl is not available yet in this version; use a backend: trl recipe")
+        return train_skyrl(recipe, check=check)
+    if check:
+        console.print_json(data=dataclasses.asdict(recipe))
+        return 0
+    from deepanalyze_env.train_trl import train_trl
+
+    return train_trl(recipe)
