@@ -105,4 +105,4 @@ def tiny_tokenizer():
 
 
 # SkyRL needs Python >= 3.12 and its own venv (scripts/test.sh builds .venv312 and runs them there).
-collect_ignore_glob = [] if importlib.util.find_spec("skyrl") else ["skyrl/*"]
+collect_ignore = [] if importlib.util.find_spec("skyrl") else ["skyrl"]
