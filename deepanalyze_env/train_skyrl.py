@@ -32,9 +32,6 @@ from deepanalyze_env.recipes import Recipe
 log = logging.getLogger(__name__)
 
 ENV_PREFIX = "environment.skyrl_gym.deepanalyze"
-# Ray runs the trainer (and the envs) in worker processes whose working directory is not the
-# one the recipe was written from, so relative paths in the env config are made absolute here.
-ENV_PATHS = ("workspace_root", "records_dir", "judge.cache_path", "judge.prompt_dir", "executor.python")
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -51,7 +48,7 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def render_data(recipe: Recipe) -> list[str]:
     """Parquet files pass through; anything else is rendered into one parquet file."""
     if all(p.endswith(".parquet") for p in recipe.data):
-        return [str(Path(p).resolve()) for p in recipe.data]
+        return list(recipe.data)
     from deepanalyze_env.commands.prepare_data import to_rows, write_parquet
 
     root = recipe.env.get("workspace_root")
@@ -62,16 +59,13 @@ def render_data(recipe: Recipe) -> list[str]:
     out.parent.mkdir(parents=True, exist_ok=True)
     write_parquet(rows, out)
     log.info("rendered %d tasks into %s", len(rows), out)
-    return [str(out.resolve())]
+    return [str(out)]
 
 
 def overrides(recipe: Recipe, train_data: list[str]) -> dict[str, Any]:
     out_dir = Path(recipe.output_dir).resolve()
     result: dict[str, Any] = {
-        # a local folder is made absolute (Ray workers' working directory differs); a hub name is kept
-        "trainer.policy.model.path": str(Path(recipe.model).resolve())
-        if Path(recipe.model).exists()
-        else recipe.model,
+        "trainer.policy.model.path": recipe.model,
         "data.train_data": train_data,
         "trainer.ckpt_path": str(out_dir / "ckpt"),
         "trainer.export_path": str(out_dir / "export"),
@@ -82,13 +76,7 @@ def overrides(recipe: Recipe, train_data: list[str]) -> dict[str, Any]:
     env = dict(recipe.env)
     if "max_turns" in env:
         result["generator.max_turns"] = env["max_turns"]
-    flat_env = flatten(env)
-    for key in ENV_PATHS:
-        value = flat_env.get(key)
-        if isinstance(value, str) and value and (key != "executor.python" or "/" in value):
-            flat_env[key] = str(Path(value).expanduser().resolve())  # "python3" stays a command
-    if isinstance(flat_env.get("system_prompt"), str) and flat_env["system_prompt"] != "protocol":
-        flat_env["system_prompt"] = str(Path(flat_env["system_prompt"]).expanduser().resolve())
+    flat_env = flatten(env)  # relative paths are made absolute by the entrypoint's config
     result.update({f"{ENV_PREFIX}.{k}": v for k, v in flat_env.items()})
     rollout = recipe.rollout
     if "max_turn_tokens" in rollout:
@@ -104,7 +92,7 @@ def overrides(recipe: Recipe, train_data: list[str]) -> dict[str, Any]:
 
 def as_dotlist(settings: dict[str, Any]) -> list[str]:
     """JSON values: OmegaConf reads them as YAML, so types survive (lists, null, quoted text)."""
-    return [f"{key}={json.dumps(value)}" for key, value in settings.items()]
+    return [f"{key}={json.dumps(value, ensure_ascii=False, default=str)}" for key, value in settings.items()]
 
 
 def train_skyrl(recipe: Recipe, check: bool = False) -> int:

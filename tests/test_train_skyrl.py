@@ -32,16 +32,6 @@ def test_recipe_keys_map_onto_skyrl_settings():
     assert got["environment.skyrl_gym.deepanalyze.judge.concurrency"] == 64
 
 
-def test_relative_env_paths_become_absolute_for_ray_workers(monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)
-    got = settings(
-        "env.workspace_root=data", "env.judge.cache_path=cache/j.sqlite", "env.executor.python=python3"
-    )
-    assert got["environment.skyrl_gym.deepanalyze.workspace_root"] == str(tmp_path / "data")
-    assert got["environment.skyrl_gym.deepanalyze.judge.cache_path"] == str(tmp_path / "cache" / "j.sqlite")
-    assert got["environment.skyrl_gym.deepanalyze.executor.python"] == "python3"  # a command, not a path
-
-
 def test_the_skyrl_section_wins_over_recipe_keys():
     got = settings("skyrl.generator.max_turns=5")
     assert got["generator.max_turns"] == 5
@@ -56,6 +46,10 @@ def test_scoring_truncated_episodes_turns_the_overlong_filter_off():
 def test_values_travel_as_json_so_lists_and_text_keep_their_types():
     dotlist = as_dotlist({"generator.sampling_params.stop": ["</Code>", "</Answer>"], "a.b": "null"})
     assert dotlist == ['generator.sampling_params.stop=["</Code>", "</Answer>"]', 'a.b="null"']
+
+
+def test_non_ascii_text_is_passed_as_is():
+    assert as_dotlist({"env.policy_id": "модель-🙂"}) == ['env.policy_id="модель-🙂"']
 
 
 @pytest.mark.skipif(skyrl_available(), reason="this interpreter has SkyRL; the message is for those without")

@@ -9,7 +9,10 @@ loss mask or any per-sample flag, so the flag travels in ``response_mask``: the 
 
 Rule: a row whose mask is all zero is invalid; it gets advantage 0 and is left out of its
 group's mean and std. Valid rows get exactly what SkyRL's ``grpo`` would give them if the invalid
-rows had never been sampled (a group with one valid row: mean 0, std 1, as SkyRL does).
+rows had never been sampled — with one exception: a group sampled with several rows of which
+one valid row is left has no baseline, so that row gets 0 too (SkyRL's rule for a group of one,
+mean 0 and std 1, is meant for prompts sampled once and would hand it its raw reward). A prompt
+sampled once keeps SkyRL's rule.
 """
 
 from __future__ import annotations
@@ -34,13 +37,17 @@ def compute_valid_grpo_advantage(
     scores = token_level_rewards.sum(dim=-1)
     valid = response_mask.sum(dim=-1) > 0
     groups: dict[Any, list[int]] = defaultdict(list)
+    sampled: dict[Any, int] = defaultdict(int)
     for row, group in enumerate(np.asarray(index).tolist()):
+        sampled[group] += 1
         if bool(valid[row]):
             groups[group].append(row)
     advantages = torch.zeros_like(scores)
     with torch.no_grad():
-        for rows in groups.values():
+        for group, rows in groups.items():
             group_scores = scores[rows]
+            if len(rows) == 1 and sampled[group] > 1:
+                continue  # siblings all invalid: no baseline, no advantage
             if len(rows) == 1:
                 mean, std = torch.tensor(0.0), torch.tensor(1.0)
             else:

@@ -15,6 +15,7 @@ would get wrong (``max_turns`` 1, gsm8k env class, conversation-style observatio
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -40,6 +41,11 @@ DEFAULTS: dict[str, Any] = {
     "generator.apply_overlong_filtering": True,  # contract 3: length-cut episodes stay out of the loss
     "trainer.algorithm.advantage_estimator": ESTIMATOR,  # infra failures out of the gradient
     "trainer.logger": "console",  # SkyRL defaults to wandb, which refuses to start without a key
+    "data.val_data": [],  # SkyRL defaults to a gsm8k file; evaluation is opt-in here
+    # DeepAnalyze's lengths (SkyRL's defaults, 512/512/1024, cannot hold one task prompt)
+    "trainer.max_prompt_length": 8000,
+    "generator.max_input_length": 32768,
+    "generator.sampling_params.max_generate_length": 32768,
 }
 
 
@@ -94,7 +100,8 @@ def parse_config(overrides: list[str] | dict[str, Any]) -> DeepAnalyzeSkyRLConfi
     it (``…deepanalyze.judge.bse_url``) is reported with its full dotted path; everything else is
     SkyRL's strict dataclass validation. Errors are ``ConfigError`` with one line.
     """
-    dotlist = _dotlist(DEFAULTS) + _dotlist(overrides)
+    user = _dotlist(overrides)
+    dotlist = _dotlist(DEFAULTS) + user
     env_raw = _env_section(dotlist)
     if not isinstance(env_raw, dict):
         raise ConfigError(f"{ENV_SECTION} must be a mapping")
@@ -104,7 +111,16 @@ def parse_config(overrides: list[str] | dict[str, Any]) -> DeepAnalyzeSkyRLConfi
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"SkyRL config: {exc}") from exc
     gym = cfg.environment.skyrl_gym
-    gym.deepanalyze = EnvConfig.from_any(gym.deepanalyze, path=ENV_SECTION)
+    gym.deepanalyze = absolute_paths(EnvConfig.from_any(gym.deepanalyze, path=ENV_SECTION))
+    cfg.data.train_data = [_absolute_data(d) for d in cfg.data.train_data]
+    model = Path(cfg.trainer.policy.model.path).expanduser()
+    if model.exists():  # a local folder; a hub name stays as it is
+        cfg.trainer.policy.model.path = str(model.resolve())
+    cfg.data.val_data = [_absolute_data(d) for d in cfg.data.val_data or []]
+    _one_turn_limit(cfg, user)
+    # SkyRL builds eval_sampling_params without stop strings; eval turns must end at the tags too
+    if cfg.generator.eval_sampling_params is not None and cfg.generator.eval_sampling_params.stop is None:
+        cfg.generator.eval_sampling_params.stop = list(cfg.generator.sampling_params.stop or [])
     if cfg.deepanalyze.score_truncated and cfg.generator.apply_overlong_filtering:
         raise ConfigError(
             "deepanalyze.score_truncated=true needs generator.apply_overlong_filtering=false "
@@ -116,6 +132,51 @@ def parse_config(overrides: list[str] | dict[str, Any]) -> DeepAnalyzeSkyRLConfi
             "inside one assistant turn (generator.use_conversation_multi_turn=false)"
         )
     return cfg
+
+
+def _one_turn_limit(cfg: DeepAnalyzeSkyRLConfig, user: list[str]) -> None:
+    """SkyRL's generator hands ``generator.max_turns`` to every env (it wins over the env config),
+    so the env's ``max_turns`` given alone becomes the generator's, and two different ones are an
+    error rather than one silently ignored."""
+    given = OmegaConf.from_cli(user)
+    env_turns = OmegaConf.select(given, f"{ENV_SECTION}.max_turns")
+    gen_turns = OmegaConf.select(given, "generator.max_turns")
+    if env_turns is None:
+        return
+    if gen_turns is None:
+        cfg.generator.max_turns = int(env_turns)
+    elif int(gen_turns) != int(env_turns):
+        raise ConfigError(
+            f"generator.max_turns={gen_turns} and {ENV_SECTION}.max_turns={env_turns} disagree; "
+            "SkyRL uses generator.max_turns for every episode, so set one of them"
+        )
+
+
+# Ray runs the trainer and the envs in worker processes whose working directory is not the one
+# the command was started from: relative paths are made absolute here, against the caller's.
+_ENV_PATHS = ("workspace_root", "records_dir")
+_JUDGE_PATHS = ("cache_path", "prompt_dir")
+
+
+def _absolute(value: str | None) -> str | None:
+    return str(Path(value).expanduser().resolve()) if value else value
+
+
+def absolute_paths(env: EnvConfig) -> EnvConfig:
+    changes: dict[str, Any] = {k: _absolute(getattr(env, k)) for k in _ENV_PATHS}
+    if env.system_prompt and env.system_prompt != "protocol":
+        changes["system_prompt"] = _absolute(env.system_prompt)
+    judge = dataclasses.replace(env.judge, **{k: _absolute(getattr(env.judge, k)) for k in _JUDGE_PATHS})
+    executor = env.executor
+    if executor.python and "/" in executor.python:  # "python3" is a command, not a path
+        executor = dataclasses.replace(executor, python=_absolute(executor.python))
+    return dataclasses.replace(env, judge=judge, executor=executor, **changes)
+
+
+def _absolute_data(source: str) -> str:
+    """Local files become absolute; anything else (a hub dataset name) is left alone."""
+    path = Path(source).expanduser()
+    return str(path.resolve()) if path.exists() or path.suffix in (".parquet", ".json", ".jsonl") else source
 
 
 def env_config_dict(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, Any]:

@@ -1,15 +1,16 @@
 """The SkyRL entrypoint: parse and check the config, start Ray, train inside a Ray task.
 
-Registration happens inside the Ray task (``register_all``), not only at import time in the
-driver: the skyrl_gym registry and SkyRL's estimator registry are per process, and the task runs
-in a worker process that never executed the driver's script. (Importing ``deepanalyze_env``
-registers the env too; calling it again there is explicit and idempotent.)
+Registration happens inside the Ray task (``register_all``), not only in the driver: the
+skyrl_gym registry is per process and the task runs in a worker process that never executed the
+driver's script. (SkyRL syncs its estimator registry to workers through a Ray actor; registering
+it there too is harmless, and importing ``deepanalyze_env`` registers the env as well.)
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Any
 
@@ -23,6 +24,9 @@ from deepanalyze_env.skyrl.trainer import DeepAnalyzeTrainer
 
 log = logging.getLogger(__name__)
 
+# where the env keeps scratch workspaces and converted models, when the user moved them
+FORWARDED = ("DEEPANALYZE_SCRATCH", "DEEPANALYZE_CACHE")
+
 
 def register_all() -> None:
     """Everything a process needs before SkyRL looks our names up; safe to call repeatedly."""
@@ -34,6 +38,12 @@ def register_all() -> None:
 
 class DeepAnalyzeExp(BasePPOExp):
     """SkyRL's experiment with our trainer; generator, datasets and inference are SkyRL's own."""
+
+    def get_tracker(self):
+        # SkyRL's tensorboard backend writes to $TENSORBOARD_DIR or ./tensorboard_log in the Ray
+        # task's working directory, which is not the user's: keep it with the run's logs.
+        os.environ.setdefault("TENSORBOARD_DIR", os.path.join(self.cfg.trainer.log_path, "tensorboard"))
+        return super().get_tracker()
 
     def get_trainer(
         self,
@@ -73,6 +83,11 @@ def check_config(cfg: DeepAnalyzeSkyRLConfig) -> None:
         validate_cfg(cfg)
     except (AssertionError, ValueError) as exc:
         raise ConfigError(f"SkyRL config: {exc}") from exc
+    if cfg.trainer.algorithm.dynamic_sampling.type is not None:
+        log.warning(
+            "trainer.algorithm.dynamic_sampling runs before episodes without a measured reward are "
+            "excluded, so it judges group variance with their placeholder rewards"
+        )
     if cfg.trainer.algorithm.advantage_estimator != ESTIMATOR:
         log.warning(
             "trainer.algorithm.advantage_estimator=%s: episodes without a measured reward are still "
@@ -125,5 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     from skyrl.train.utils.utils import initialize_ray
 
     initialize_ray(cfg)
-    ray.get(deepanalyze_entrypoint.remote(cfg))
+    task = deepanalyze_entrypoint.options(runtime_env={"env_vars": forwarded_env(cfg)})
+    ray.get(task.remote(cfg))
     return 0
+
+
+def forwarded_env(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, str]:
+    """Variables the envs read, passed to the training task wherever Ray places it: SkyRL's
+    runtime env forwards a fixed list, and a node whose Ray was started without the judge's key
+    would turn every episode into a verifier_error."""
+    names = [cfg.environment.skyrl_gym.deepanalyze.judge.api_key_env, *FORWARDED]
+    return {name: os.environ[name] for name in names if name and name in os.environ}

@@ -22,6 +22,7 @@ from skyrl.train.trainer import RayPPOTrainer
 log = logging.getLogger(__name__)
 
 FAILED_GATE = -1.0
+MAX_ALL_INFRA_BATCHES = 3
 
 
 def row_verdict(env_metrics: dict[str, Any] | None, score_truncated: bool) -> str:
@@ -64,22 +65,36 @@ class DeepAnalyzeTrainer(RayPPOTrainer):
         adapter = getattr(self.cfg, "deepanalyze", None)
         counts = exclude_rows(generator_output, bool(getattr(adapter, "score_truncated", False)))
         total = max(1, sum(counts.values()))
+        live = sum(1 for mask in generator_output["loss_masks"] if sum(mask) > 0)  # after every filter
         self.all_metrics.update(
             {
                 "deepanalyze/excluded_infra": counts["infra"],
                 "deepanalyze/excluded_length": counts["length"],
                 "deepanalyze/scored_length": counts["length_scored"],
-                "deepanalyze/trained_fraction": (counts["train"] + counts["length_scored"]) / total,
+                "deepanalyze/trained_fraction": live / total,
             }
         )
-        if counts["infra"]:
+        self._guard_outage(counts["infra"], total)
+        return super().postprocess_generator_output(generator_output, uids, *args, **kwargs)
+
+    def _guard_outage(self, infra: int, total: int) -> None:
+        """A dead judge (wrong endpoint, missing key on this node) turns every episode into a
+        verifier_error, which trains nothing: warn each time, stop after a few such batches."""
+        if infra:
             log.warning(
                 "%d of %d episodes had no measured reward (verifier/environment error): kept out of "
-                "the loss and the baseline",
-                counts["infra"],
+                "the loss and the baseline; the records say why",
+                infra,
                 total,
             )
-        return super().postprocess_generator_output(generator_output, uids, *args, **kwargs)
+        streak = getattr(self, "_all_infra_streak", 0)
+        self._all_infra_streak = streak + 1 if infra == total else 0
+        if self._all_infra_streak >= MAX_ALL_INFRA_BATCHES:
+            raise RuntimeError(
+                f"every episode of the last {MAX_ALL_INFRA_BATCHES} batches had no measured reward "
+                "(verifier_error / environment_error): check the judge endpoint and its API key on the "
+                "node running the trainer, and the errors in env.records_dir"
+            )
 
     def compute_advantages_and_returns(self, data):
         response_mask = data["response_mask"]

@@ -39,8 +39,10 @@ def trajectories(label: str = "good") -> dict[str, list[str]]:
 
 class ScriptedEngine(InferenceEngineInterface):
     """Stands in for vLLM (no GPU here). ``plans`` maps a marker string found in the prompt to
-    the turns to emit; the k-th call of an episode emits turn k (k = ``</Execute>`` blocks in
-    the context so far), as a policy continuing its own trajectory would."""
+    the turns to emit — or to ``{repetition: turns}`` to give each sample of a prompt its own
+    trajectory (the repetition is read from SkyRL's session id). The k-th call of an episode
+    emits turn k (k = ``</Execute>`` blocks in the context so far), as a policy continuing its
+    own trajectory would."""
 
     def __init__(self, tokenizer, plans: dict[str, list[str]], stop_reason: str = "stop"):
         self.tok = tokenizer
@@ -55,11 +57,14 @@ class ScriptedEngine(InferenceEngineInterface):
 
     async def generate(self, input_batch, model=None):
         responses, ids_out, logprobs = [], [], []
-        for ids in input_batch["prompt_token_ids"]:
+        sessions = input_batch.get("session_ids") or [None] * len(input_batch["prompt_token_ids"])
+        for ids, session in zip(input_batch["prompt_token_ids"], sessions, strict=True):
             context = self.tok.decode(ids)
             marker = next((m for m in self.plans if m in context), None)
             assert marker is not None, "no plan matches this prompt"
             plan = self.plans[marker]
+            if isinstance(plan, dict):  # per sample: SkyRL's session id is "<uid>_<repetition>"
+                plan = plan[int(str(session).rsplit("_", 1)[1])]
             turn = plan[min(context.count("</Execute>"), len(plan) - 1)]
             ids = self.tok.encode(turn, add_special_tokens=False)
             self.calls.append({"marker": marker, "n_ids": len(ids)})

@@ -84,6 +84,13 @@ def test_an_invalid_rows_reward_value_does_not_move_its_siblings():
     assert torch.equal(low, high)
 
 
+def test_a_lone_measured_row_of_a_sampled_group_gets_no_advantage():
+    adv = ours([0.7, 0.1, 0.4], ["g", "g", "solo"], [True, False, True])
+    assert torch.count_nonzero(adv[0]) == 0 and torch.count_nonzero(adv[1]) == 0
+    # a prompt sampled once keeps SkyRL's rule (mean 0, std 1): its advantage is its reward
+    assert torch.allclose(adv[2], torch.full((5,), 0.4), atol=1e-5)
+
+
 def test_with_all_rows_valid_it_is_skyrls_grpo():
     scores, index = [0.2, 0.4, 1.0, 0.0, 0.0, 1.0], ["x", "x", "x", "y", "y", "y"]
     assert torch.allclose(ours(scores, index, [True] * 6)[:, 0], skyrl_grpo(scores, index), atol=1e-6)
@@ -92,69 +99,32 @@ def test_with_all_rows_valid_it_is_skyrls_grpo():
 # --- end to end: generator -> our trainer's postprocess -> SkyRL's batching -> advantages ------
 
 
-def test_judge_outage_episode_is_masked_and_out_of_the_baseline(tiny_tokenizer, rows):
-    """Two qa tasks, 3 samples each; the judge fails (HTTP 500) for every episode of one task
-    whose answer is wrong. Those rows must train nothing and not enter their group's baseline."""
+def test_judge_outage_episodes_are_masked_and_out_of_the_baseline(tiny_tokenizer, rows):
+    """Two qa tasks, 4 samples each, every sample its own answer; the judge fails (HTTP 500) for
+    the answers marked Outage. Through SkyRL's generator and our trainer's methods: those rows
+    train nothing and get 0; the others get SkyRL's grpo over the measured rows of their group."""
     row_a, row_b = rows["qa-retail-001"], rows["qa-inventory-001"]
-    good_a = trajectories()["qa-retail-001"]
-    wrong = [*good_a[:-1], "<Analyze>guess</Analyze>\n<Answer>\nAnswer: Nowhere\n</Answer>"]
-    judge = FakeJudgeServer(Reply(text="Weaknesses:\n- none\nSCORE: 5"))
-    judge.script(*[Reply(status=500)] * 50, match="Nowhere")
-    with judge:
-        cfg = make_cfg(
-            "environment.skyrl_gym.deepanalyze.judge.backend=openai",
-            f"environment.skyrl_gym.deepanalyze.judge.base_url={judge.url}",
-            "environment.skyrl_gym.deepanalyze.judge.model=fake-judge",
-            "environment.skyrl_gym.deepanalyze.judge.max_retries=0",
-            *NO_RAY_MONITORS,
-            "generator.n_samples_per_prompt=3",
-            "trainer.train_batch_size=2",
-            "trainer.policy_mini_batch_size=2",
-        )
-        # task A: the context decides the plan, so all 3 samples of A answer right; B answers wrong
-        plans = {row_a["input_seq"][:60]: good_a, row_b["input_seq"][:60]: wrong}
-        engine = ScriptedEngine(tiny_tokenizer, plans)
-        gen = make_generator(cfg, tiny_tokenizer, engine)
-        gen_input, uids = generator_input([row_a, row_b], 3, cfg)
-        output = asyncio.run(gen.generate(gen_input, disable_tqdm=True))
+    good_a, good_b = trajectories()["qa-retail-001"], trajectories()["qa-inventory-001"]
 
-    statuses = [m["status_verifier_error"] for m in output["env_metrics"]]
-    assert statuses == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
-    trainer = DeepAnalyzeTrainer(
-        cfg=cfg,
-        tracker=None,
-        tokenizer=tiny_tokenizer,
-        train_dataset=None,
-        inference_engine_client=engine,
-        generator=gen,
-    )
-    trainer.dispatch = ONE_WORKER
-    output, uids = trainer.postprocess_generator_output(output, uids)
-    assert [sum(m) == 0 for m in output["loss_masks"]] == [False] * 3 + [True] * 3
-    assert trainer.all_metrics["deepanalyze/excluded_infra"] == 3
-    batch = trainer.convert_to_training_input(output, uids)
-    batch["values"] = None  # what the critic-less forward pass leaves for GRPO
-    batch = trainer.compute_advantages_and_returns(batch)
-    adv = batch["advantages"]
-    assert torch.count_nonzero(adv[3:]) == 0
-    # group A: three equal rewards (1.0 and 5/5) -> zero advantage, and it stays zero
-    assert torch.count_nonzero(adv[:3]) == 0
-    assert torch.equal(batch["response_mask"].sum(-1) > 0, torch.ones(6, dtype=torch.bool))  # mask restored
+    def answer(turns, text):
+        return [*turns[:-1], f"<Analyze>final</Analyze>\n<Answer>\nAnswer: {text}\n</Answer>"]
 
-
-def test_mixed_group_keeps_the_valid_rows_advantages(tiny_tokenizer, rows):
-    """One group, 4 samples: right, wrong, judge outage, right. The valid rows' advantages are
-    GRPO over (right, wrong, right) alone."""
-    row = rows["qa-retail-001"]
-    good = trajectories()["qa-retail-001"]
-    variants = {
-        "A": [*good[:-1], "<Analyze>a</Analyze>\n<Answer>\nAnswer: Harbor Point\n</Answer>"],
-        "B": [*good[:-1], "<Analyze>b</Analyze>\n<Answer>\nAnswer: Elm Street\n</Answer>"],
-        "C": [*good[:-1], "<Analyze>c</Analyze>\n<Answer>\nAnswer: Outage\n</Answer>"],
-        "D": [*good[:-1], "<Analyze>d</Analyze>\n<Answer>\nAnswer: Harbor Point\n</Answer>"],
+    plans = {
+        row_a["input_seq"][:60]: {
+            0: good_a,
+            1: answer(good_a, "Elm Street"),
+            2: answer(good_a, "Outage one"),
+            3: answer(good_a, "Harbor Point"),
+        },
+        row_b["input_seq"][:60]: {
+            0: answer(good_b, "Outage two"),
+            1: good_b,
+            2: answer(good_b, "999"),
+            3: answer(good_b, "998"),
+        },
     }
     judge = FakeJudgeServer(Reply(text="Weaknesses:\n- none\nSCORE: 5"))
-    judge.script(*[Reply(status=500)] * 20, match="Answer: Outage")
+    judge.script(*[Reply(status=500)] * 50, match="Answer: Outage")
     with judge:
         cfg = make_cfg(
             "environment.skyrl_gym.deepanalyze.judge.backend=openai",
@@ -163,32 +133,44 @@ def test_mixed_group_keeps_the_valid_rows_advantages(tiny_tokenizer, rows):
             "environment.skyrl_gym.deepanalyze.judge.max_retries=0",
             *NO_RAY_MONITORS,
             "generator.n_samples_per_prompt=4",
-            "trainer.train_batch_size=1",
-            "trainer.policy_mini_batch_size=1",
+            "trainer.train_batch_size=2",
+            "trainer.policy_mini_batch_size=2",
         )
-        marked = []
-        for key in "ABCD":  # one prompt per variant so the engine can tell them apart, same uid
-            r = dict(row)
-            r["prompt"] = [{"role": "user", "content": f"[{key}] " + row["prompt"][0]["content"]}]
-            marked.append(r)
-        engine = ScriptedEngine(tiny_tokenizer, {f"[{k}] ": v for k, v in variants.items()})
+        engine = ScriptedEngine(tiny_tokenizer, plans)
         gen = make_generator(cfg, tiny_tokenizer, engine)
-        gen_input, _ = generator_input(marked, 1, cfg)
-        uids = ["task"] * 4
+        gen_input, uids = generator_input([row_a, row_b], 4, cfg)
         output = asyncio.run(gen.generate(gen_input, disable_tqdm=True))
 
+    invalid = [2, 4]
+    assert [m["status_verifier_error"] for m in output["env_metrics"]] == [
+        1.0 if i in invalid else 0.0 for i in range(8)
+    ]
     trainer = DeepAnalyzeTrainer(
         cfg=cfg, tracker=None, tokenizer=tiny_tokenizer, train_dataset=None,
         inference_engine_client=engine, generator=gen,
     )  # fmt: skip
     trainer.dispatch = ONE_WORKER
     output, uids = trainer.postprocess_generator_output(output, uids)
+    assert [sum(m) == 0 for m in output["loss_masks"]] == [i in invalid for i in range(8)]
+    assert trainer.all_metrics["deepanalyze/excluded_infra"] == 2
+    assert trainer.all_metrics["deepanalyze/trained_fraction"] == 6 / 8
     batch = trainer.convert_to_training_input(output, uids)
     batch["values"] = None  # what the critic-less forward pass leaves for GRPO
+    mask_before = batch["response_mask"].clone()
     batch = trainer.compute_advantages_and_returns(batch)
+    assert torch.equal(batch["response_mask"], mask_before)  # the real mask is back
+
     scores = [sum(r) for r in output["rewards"]]
-    assert scores[0] == pytest.approx(1.0) and scores[1] == pytest.approx(0.5)  # (0 + 5/5) / 2
-    expected = skyrl_grpo([scores[0], scores[1], scores[3]], ["t", "t", "t"])
+    # right answers score (1 + 5/5)/2 = 1.0, wrong ones (0 + 5/5)/2 = 0.5 (hand-computed)
+    assert [scores[i] for i in (0, 1, 3, 5, 6, 7)] == pytest.approx([1.0, 0.5, 1.0, 1.0, 0.5, 0.5])
     adv = batch["advantages"]
-    assert torch.allclose(adv[[0, 1, 3], 0], expected, atol=1e-5)  # one value per row, every token
-    assert torch.count_nonzero(adv[2]) == 0
+    # one value on every response token of a row (responses are padded, so average over the mask)
+    per_row = adv.sum(-1) / mask_before.sum(-1)
+    for group, members in (("a", [0, 1, 3]), ("b", [5, 6, 7])):
+        expected = skyrl_grpo([scores[i] for i in members], [group] * len(members))
+        assert torch.allclose(per_row[members], expected, atol=1e-4)
+    for i in invalid:
+        assert torch.count_nonzero(adv[i]) == 0
+    # the same batch under SkyRL's plain grpo would move the valid rows (the oracle can fail)
+    plain = skyrl_grpo(scores[:4], ["a"] * 4)
+    assert not torch.allclose(per_row[[0, 1, 3]], plain[[0, 1, 3]], atol=1e-3)

@@ -74,3 +74,67 @@ def test_check_prints_the_resolved_settings(capsys):
     shown = json.loads(capsys.readouterr().out)
     assert shown["environment.skyrl_gym.deepanalyze"]["max_turns"] == 7
     assert shown["advantage_estimator"] == ESTIMATOR
+
+
+def test_relative_paths_become_absolute_for_ray_workers(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.parquet").write_bytes(b"")
+    cfg = parse_config(
+        [
+            "environment.skyrl_gym.deepanalyze.workspace_root=data",
+            "environment.skyrl_gym.deepanalyze.judge.cache_path=cache/j.sqlite",
+            "environment.skyrl_gym.deepanalyze.executor.python=python3",
+            "data.train_data=['train.parquet']",
+        ]
+    )
+    env = cfg.environment.skyrl_gym.deepanalyze
+    assert env.workspace_root == str(tmp_path / "data")
+    assert env.judge.cache_path == str(tmp_path / "cache" / "j.sqlite")
+    assert env.executor.python == "python3"  # a command, not a path
+    assert cfg.data.train_data == [str(tmp_path / "train.parquet")]
+
+
+def test_evaluation_stops_at_the_tags_too():
+    cfg = parse_config([])
+    assert cfg.generator.eval_sampling_params.stop == ["</Code>", "</Answer>"]
+    assert cfg.generator.eval_sampling_params.temperature == 0.0  # SkyRL's eval default kept
+
+
+def test_the_envs_turn_limit_given_alone_becomes_the_generators():
+    cfg = parse_config(["environment.skyrl_gym.deepanalyze.max_turns=7"])
+    assert cfg.generator.max_turns == 7
+
+
+def test_two_different_turn_limits_are_an_error():
+    with pytest.raises(ConfigError, match="disagree"):
+        parse_config(["environment.skyrl_gym.deepanalyze.max_turns=7", "generator.max_turns=9"])
+
+
+def test_lengths_default_to_deepanalyzes_and_no_gsm8k_validation_set():
+    cfg = parse_config([])
+    assert cfg.trainer.max_prompt_length == 8000 and cfg.generator.max_input_length == 32768
+    assert cfg.data.val_data == []
+
+
+def test_the_judge_key_variable_is_forwarded_to_the_training_task(monkeypatch):
+    from deepanalyze_env.skyrl.entrypoint import forwarded_env
+
+    monkeypatch.setenv("MY_JUDGE_KEY", "sk-test")
+    monkeypatch.delenv("DEEPANALYZE_CACHE", raising=False)
+    cfg = parse_config(["environment.skyrl_gym.deepanalyze.judge.api_key_env=MY_JUDGE_KEY"])
+    env = forwarded_env(cfg)
+    assert env["MY_JUDGE_KEY"] == "sk-test" and "DEEPANALYZE_CACHE" not in env
+
+
+def test_a_dead_judge_stops_training_after_three_all_failed_batches():
+    from types import SimpleNamespace
+
+    from deepanalyze_env.skyrl.trainer import DeepAnalyzeTrainer
+
+    trainer = SimpleNamespace()  # the guard only keeps a counter on the trainer
+    DeepAnalyzeTrainer._guard_outage(trainer, 8, 8)
+    DeepAnalyzeTrainer._guard_outage(trainer, 3, 8)  # a partial outage resets the streak
+    DeepAnalyzeTrainer._guard_outage(trainer, 8, 8)
+    DeepAnalyzeTrainer._guard_outage(trainer, 8, 8)
+    with pytest.raises(RuntimeError, match="judge endpoint"):
+        DeepAnalyzeTrainer._guard_outage(trainer, 8, 8)
