@@ -140,6 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     from skyrl.train.utils.utils import initialize_ray
 
     initialize_ray(cfg)
+    if not ray.cluster_resources().get("GPU", 0):
+        # SkyRL would otherwise wait minutes for a placement group and end in a Ray traceback
+        ray.shutdown()
+        sys.stderr.write(
+            "error: the Ray cluster has no GPUs; SkyRL training needs them (on a CPU machine, "
+            "`--check` validates the config)\n"
+        )
+        return 2
     task = deepanalyze_entrypoint.options(runtime_env={"env_vars": forwarded_env(cfg)})
     ray.get(task.remote(cfg))
     return 0

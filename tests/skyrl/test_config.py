@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -12,7 +15,7 @@ from deepanalyze_env.skyrl.config import ESTIMATOR, parse_config
 from deepanalyze_env.skyrl.entrypoint import main
 from deepanalyze_env.tasks import env_extras
 from tests.conftest import qa_extras
-from tests.skyrl.conftest import ScriptedEngine, make_cfg, make_generator
+from tests.skyrl.conftest import ROOT, ScriptedEngine, make_cfg, make_generator
 
 SLEEPY = "<Analyze>wait</Analyze>\n<Code>\n```python\nimport time\ntime.sleep(5)\n```\n</Code>"
 ANSWER = "<Analyze>done</Analyze>\n<Answer>Answer: B</Answer>"
@@ -138,3 +141,14 @@ def test_a_dead_judge_stops_training_after_three_all_failed_batches():
     DeepAnalyzeTrainer._guard_outage(trainer, 8, 8)
     with pytest.raises(RuntimeError, match="judge endpoint"):
         DeepAnalyzeTrainer._guard_outage(trainer, 8, 8)
+
+
+def test_training_on_a_machine_without_gpus_is_one_clear_line(tmp_path):
+    cmd = [sys.executable, "-m", "deepanalyze_env.skyrl", "trainer.policy.model.path=/unused"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a fresh local Ray, CPUs only
+    out = subprocess.run(
+        [*cmd, f"trainer.log_path={tmp_path}"], capture_output=True, text=True, cwd=ROOT, timeout=300, env=env
+    )
+    assert out.returncode == 2, out.stderr[-1500:]
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "no GPUs" in errors[0]
