@@ -343,7 +343,10 @@ class DeepAnalyzeEnv(BaseTextEnv):
         if record and self.final_metadata is None and self.turns > 0:
             # The trainer ended the loop without a final step: SkyRL's generator stops a trajectory
             # whose input outgrew max_input_length and closes the env. That is a token budget.
-            self.end_for_length()
+            try:
+                self.end_for_length()
+            except Exception:  # scoring must never keep the worker or scratch folder alive
+                log.exception("could not score the episode closed for length")
         self._closed = True
         if self.kernel is not None:
             self.kernel.close()

@@ -84,15 +84,6 @@ def _dotlist(overrides: list[str] | dict[str, Any]) -> list[str]:
     return list(overrides)
 
 
-def _env_section(dotlist: list[str]) -> dict[str, Any]:
-    node: Any = OmegaConf.from_cli(dotlist)
-    for key in ENV_SECTION.split("."):
-        if key not in node:
-            return {}
-        node = node[key]
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-
-
 def parse_config(overrides: list[str] | dict[str, Any]) -> DeepAnalyzeSkyRLConfig:
     """Defaults, then ``overrides`` (``key.path=value`` strings or a dotted dict), validated.
 
@@ -102,16 +93,16 @@ def parse_config(overrides: list[str] | dict[str, Any]) -> DeepAnalyzeSkyRLConfi
     """
     user = _dotlist(overrides)
     dotlist = _dotlist(DEFAULTS) + user
-    env_raw = _env_section(dotlist)
-    if not isinstance(env_raw, dict):
+    env_raw = OmegaConf.select(OmegaConf.from_cli(dotlist), ENV_SECTION)
+    if env_raw is not None and not OmegaConf.is_dict(env_raw):
         raise ConfigError(f"{ENV_SECTION} must be a mapping")
-    EnvConfig.from_any(env_raw, path=ENV_SECTION)
+    env = EnvConfig.from_any(env_raw, path=ENV_SECTION)
     try:
         cfg = DeepAnalyzeSkyRLConfig.from_cli_overrides(dotlist)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"SkyRL config: {exc}") from exc
-    gym = cfg.environment.skyrl_gym
-    gym.deepanalyze = absolute_paths(EnvConfig.from_any(gym.deepanalyze, path=ENV_SECTION))
+    # SkyRL's builder leaves our section's nested parts as dicts; the env gets the typed one
+    cfg.environment.skyrl_gym.deepanalyze = absolute_paths(env)
     cfg.data.train_data = [_absolute_data(d) for d in cfg.data.train_data]
     model = Path(cfg.trainer.policy.model.path).expanduser()
     if model.exists():  # a local folder; a hub name stays as it is
@@ -177,7 +168,3 @@ def _absolute_data(source: str) -> str:
     """Local files become absolute; anything else (a hub dataset name) is left alone."""
     path = Path(source).expanduser()
     return str(path.resolve()) if path.exists() or path.suffix in (".parquet", ".json", ".jsonl") else source
-
-
-def env_config_dict(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, Any]:
-    return dataclasses.asdict(cfg.environment.skyrl_gym.deepanalyze)
