@@ -4,7 +4,7 @@ Why this exists: ``rollout`` collects SFT/eval data with episodes in flight on t
 throughput with a free policy (the scripted replay of the shipped reference trajectories) is
 the ceiling the env, the executor, the judge client and record writing put on any teacher.
 Each level runs the same job list — every shipped task, good and bad trajectory, ``--samples``
-times — through :func:`deepanalyze_env.rollout.run_jobs` exactly as the command does (records
+times — through :func:`deepanalyze_env.offline.rollout.run_jobs` exactly as the command does (records
 written by the env on ``close()``), against the scripted OpenAI-compatible judge
 (``rewards.judge.fake_server``) in its own process so its CPU does not compete for our GIL.
 A warm-up round (kernel fork server start, imports, judge connections) is not timed.
@@ -32,9 +32,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from deepanalyze_env.policies import ScriptedPolicy  # noqa: E402
-from deepanalyze_env.rollout import plan_jobs, run_jobs  # noqa: E402
-from deepanalyze_env.tasks import load_rows  # noqa: E402
+from deepanalyze_env.core.tasks import load_rows  # noqa: E402
+from deepanalyze_env.offline.policies import ScriptedPolicy  # noqa: E402
+from deepanalyze_env.offline.rollout import plan_jobs, run_jobs  # noqa: E402
 
 log = logging.getLogger("benchmarks.rollout")
 VERDICT = (

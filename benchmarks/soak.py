@@ -33,7 +33,7 @@ import skyrl_gym  # noqa: E402
 
 import deepanalyze_env  # noqa: E402, F401  (registers the env id)
 import tools.sandbox  # noqa: E402
-from deepanalyze_env.records import read_records  # noqa: E402
+from deepanalyze_env.core.records import read_records  # noqa: E402
 from tests.reliability.test_hostile_cells import CASES  # noqa: E402
 
 TIMEOUT_S = 2.0

@@ -2,6 +2,11 @@
 
 Importing the package registers env id ``"deepanalyze"`` in the skyrl_gym registry
 (idempotently). The entry point is a string, so the env module loads only when an env is made.
+Where skyrl_gym is not installed (a kernel interpreter, a judge-only tool) the package still
+imports — ``core.protocol`` and ``core.errors`` need nothing — and registration is skipped.
+
+Layout (``docs/design.md``): ``core/`` the env and its contracts, ``trainers/`` the TRL and
+SkyRL adapters, ``offline/`` rollout/stats/rescore/judge-eval, ``cli/`` the commands.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 ENV_ID = "deepanalyze"
-ENTRY_POINT = "deepanalyze_env.env:DeepAnalyzeEnv"
+ENTRY_POINT = "deepanalyze_env.core.env:DeepAnalyzeEnv"
 
 __all__ = ["ENV_ID", "DeepAnalyzeEnv", "register"]
 
@@ -30,16 +35,23 @@ def register() -> None:
 def _env_class_if_loaded():
     import sys
 
-    module = sys.modules.get("deepanalyze_env.env")
+    module = sys.modules.get("deepanalyze_env.core.env")
     return getattr(module, "DeepAnalyzeEnv", None)
 
 
 def __getattr__(name: str) -> Any:
     if name == "DeepAnalyzeEnv":
-        from deepanalyze_env.env import DeepAnalyzeEnv
+        from deepanalyze_env.core.env import DeepAnalyzeEnv
 
         return DeepAnalyzeEnv
     raise AttributeError(name)
 
 
-register()
+def _register_if_available() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("skyrl_gym") is not None:
+        register()
+
+
+_register_if_available()

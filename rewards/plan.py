@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deepanalyze_env import protocol
+from deepanalyze_env.core import protocol
 from rewards.methods import Method, get_method
 from rewards.registry import RewardFunction, RewardSpecError, resolve
 

@@ -20,11 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from deepanalyze_env.core import protocol
 from rewards.plan import FORMAT_GATE, GATE_PENALTY, RewardContext, RewardOutcome
 from rewards.registry import RewardSpecError, resolve
 
-GATE_TAGS = ("<Analyze>", "</Analyze>", "<Answer>", "</Answer>")
-_CODE = re.compile(r"<Code>(.*?)</Code>", re.DOTALL)
+GATE_TAGS = protocol.GATE_TAGS  # the same four tags; upstream reads them over the whole history
 _ANSWER = re.compile(r"<Answer>(.*?)</Answer>", re.DOTALL)
 _SCORE = re.compile(r"SCORE\s*:\s*(\d+)", re.IGNORECASE)
 _FENCED = re.compile(r"```(?:json)?(.*?)```", re.DOTALL)
@@ -48,7 +48,7 @@ def upstream_exact(history: str, ground_truth: Any) -> float:
 
 
 def fence_ok(history: str) -> bool:
-    for block in _CODE.findall(history):
+    for block in protocol.blocks(history, protocol.CODE_OPEN, protocol.CODE_CLOSE):
         body = block.strip()
         if not (body.startswith("```python") and body.endswith("```")):
             return False

@@ -11,7 +11,7 @@ import pytest
 import skyrl_gym
 
 import deepanalyze_env
-from deepanalyze_env.config import ConfigError
+from deepanalyze_env.core.config import ConfigError
 from rewards import register_reward
 from tests.conftest import code, qa_extras, wait_gone
 
@@ -46,7 +46,7 @@ def test_registration_is_idempotent():
     deepanalyze_env.register()
     importlib.reload(deepanalyze_env)
     deepanalyze_env.register()
-    assert skyrl_gym.registry["deepanalyze"].entry_point == "deepanalyze_env.env:DeepAnalyzeEnv"
+    assert skyrl_gym.registry["deepanalyze"].entry_point == "deepanalyze_env.core.env:DeepAnalyzeEnv"
 
 
 def test_full_episode_produces_contract_metadata(env):

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from deepanalyze_env.cli import main
-from deepanalyze_env.judge_eval import LABELS, load_fixtures
-from deepanalyze_env.models import embedded_gguf
+from deepanalyze_env.core.models import embedded_gguf
+from deepanalyze_env.offline.judge_eval import LABELS, load_fixtures
 from rewards.judge.fake_server import FakeJudgeServer, Reply
 from rewards.judge.prompts import RUBRICS, prompt_path
 from tests.conftest import DATA, ROOT

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from deepanalyze_env.cli import main
-from deepanalyze_env.env import DeepAnalyzeEnv
-from deepanalyze_env.tasks import env_extras
+from deepanalyze_env.core.env import DeepAnalyzeEnv
+from deepanalyze_env.core.tasks import env_extras
 from tests.conftest import DATA
 
 SKYRL_COLUMNS = {

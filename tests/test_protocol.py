@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from deepanalyze_env import protocol
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deepanalyze_env.core import protocol
 
 
 def test_truncates_at_first_closing_code_tag():
@@ -91,3 +94,27 @@ def test_python_fence_check():
 
 def test_observation_layout_closes_execute_tag():
     assert protocol.render_observation("out") == "\n<Execute>\nout\n</Execute>\n"
+
+
+_TAG_TOKENS = ["<Code>", "</Code>", "<Answer>", "</Answer>", "<think>", "</think>", "x", "\n"]
+
+
+@given(st.lists(st.sampled_from(_TAG_TOKENS), max_size=14).map("".join))
+@settings(max_examples=3000, deadline=None, database=None, derandomize=True)
+def test_block_extraction_agrees_with_the_lazy_regex(text):
+    """Oracle: the non-greedy regex the extraction replaced (it is quadratic on a megabyte of
+    opening tags, so the protocol scans linearly instead)."""
+    import re
+
+    visible = protocol.strip_think(text)
+    code = re.search(r"<Code>(.*?)</Code>", visible, re.DOTALL)
+    assert protocol.extract_code_block(text) == (code.group(1) if code else None)
+    assert protocol.code_blocks(text) == re.findall(r"<Code>(.*?)</Code>", visible, re.DOTALL)
+    answer = re.search(r"<Answer>(.*?)</Answer>", visible, re.DOTALL)
+    assert protocol.has_answer(text) == (answer is not None)
+
+
+def test_a_megabyte_of_opening_tags_is_parsed():
+    """170,000 ``<Code>`` without a closing tag: no code, no answer (and no quadratic stall)."""
+    assert protocol.extract_code("<Code>" * 170_000) is None
+    assert protocol.extract_answer(["<Answer>" * 170_000]) is None

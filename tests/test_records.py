@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from deepanalyze_env.cli import main
-from deepanalyze_env.env import DeepAnalyzeEnv
-from deepanalyze_env.records import (
+from deepanalyze_env.core.env import DeepAnalyzeEnv
+from deepanalyze_env.core.records import (
     RECORD_FIELDS,
     episode_id,
     load_run,
@@ -101,7 +101,7 @@ def test_unfinished_episode_closed_without_record_writes_nothing(workspace_root:
 def test_reader_skips_a_torn_last_line_and_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture):
     path = tmp_path / "episodes-h-1.jsonl"
     path.write_bytes(b'{"episode_id": "a"}\n{"episode_id": "b"}\n{"episode_id": "c", "mess')
-    with caplog.at_level(logging.WARNING, logger="deepanalyze_env.records"):
+    with caplog.at_level(logging.WARNING, logger="deepanalyze_env.core.records"):
         assert [r["episode_id"] for r in read_records(path)] == ["a", "b"]
     assert "torn last line" in caplog.text
     assert repair_torn_tail(path) == len(b'{"episode_id": "c", "mess')

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from deepanalyze_env.cli import main
-from deepanalyze_env.records import load_run, read_records
-from deepanalyze_env.rescore import context_from_record
+from deepanalyze_env.core.records import load_run, read_records
+from deepanalyze_env.offline.rescore import context_from_record
 from rewards.judge.fake_server import FakeJudgeServer, Reply
 from tests.conftest import code
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from deepanalyze_env.cli import main
-from deepanalyze_env.policies import PolicyTurn, TurnContext, close_open_tag, continue_layout
-from deepanalyze_env.records import episode_id, read_records
-from deepanalyze_env.rollout import plan_jobs, run_jobs
-from deepanalyze_env.tasks import load_rows
+from deepanalyze_env.core.records import episode_id, read_records
+from deepanalyze_env.core.tasks import load_rows
+from deepanalyze_env.offline.policies import PolicyTurn, TurnContext, close_open_tag, continue_layout
+from deepanalyze_env.offline.rollout import plan_jobs, run_jobs
 from rewards.judge.fake_server import FakeJudgeServer, Reply
 from tests.conftest import ROOT
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from deepanalyze_env.cli import main
-from deepanalyze_env.records import write_jsonl_atomic
-from deepanalyze_env.stats import distribution
+from deepanalyze_env.core.records import write_jsonl_atomic
+from deepanalyze_env.offline.stats import distribution
 
 
 def rec(

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from deepanalyze_env.recipes import load_recipe
-from deepanalyze_env.skyrl import skyrl_available
-from deepanalyze_env.train_skyrl import as_dotlist, overrides
+from deepanalyze_env.trainers.recipes import load_recipe
+from deepanalyze_env.trainers.skyrl import skyrl_available
+from deepanalyze_env.trainers.skyrl.launch import as_dotlist, overrides
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes" / "skyrl_grpo.yaml"

@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE.parent
 sys.path.insert(0, str(DATA.parent))  # run from a checkout without installing
 
-from deepanalyze_env import protocol  # noqa: E402
+from deepanalyze_env.core import protocol  # noqa: E402
 from tools.kernel import Kernel  # noqa: E402
 from tools.workspace import Workspace  # noqa: E402
 

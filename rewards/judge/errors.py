@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 
-from deepanalyze_env.config import ConfigError
+from deepanalyze_env.core.errors import ConfigError
 
 # Bearer tokens and OpenAI-style keys that a server may echo back in an error body.
 _TOKEN_PATTERNS = (

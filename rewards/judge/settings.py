@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from deepanalyze_env.core.config import JudgeConfig
+from deepanalyze_env.core.errors import ConfigError
 from rewards.judge.errors import JudgeConfigError
-
-BACKENDS = ("openai", "transformers", "replay")
 
 
 def public_url(url: str | None) -> str | None:
@@ -33,28 +31,20 @@ def public_url(url: str | None) -> str | None:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-@dataclass(frozen=True)
-class JudgeSettings:
-    backend: str
-    model: str
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    timeout_s: float = 60.0
-    max_retries: int = 3
-    concurrency: int = 16
-    temperature: float = 0.0
-    max_tokens: int = 1024
-    prompt_dir: str | None = None
-    cache_path: str | None = None
-    # Backoff between retries (exponential with jitter, capped). Not in env_config: the
-    # defaults suit real endpoints; tests and benchmarks shorten them.
-    backoff_initial_s: float = 0.5
-    backoff_max_s: float = 8.0
-    # HTTP transport under the openai client: "auto" uses aiohttp when installed (about half
-    # the per-request CPU of the default httpx pool, which matters at high concurrency on
-    # small machines), else httpx.
-    http_transport: str = "auto"
+# Client-only settings: not in env_config (the defaults suit real endpoints; tests and
+# benchmarks shorten the backoff). Every other field comes from ``JudgeConfig``.
+_CLIENT_FIELDS: list[tuple[str, Any, Any]] = [
+    # backoff between retries (exponential with jitter, capped)
+    ("backoff_initial_s", float, dataclasses.field(default=0.5)),
+    ("backoff_max_s", float, dataclasses.field(default=8.0)),
+    # HTTP transport under the openai client: "auto" uses aiohttp when installed (about half the
+    # per-request CPU of the default httpx pool, which matters at high concurrency on small
+    # machines), else httpx.
+    ("http_transport", str, dataclasses.field(default="auto")),
+]
 
+
+class _SettingsMethods:
     @classmethod
     def from_config(cls, config: Any, **overrides: Any) -> JudgeSettings:
         """Build from a ``JudgeConfig``, a mapping or another ``JudgeSettings``; validate."""
@@ -81,40 +71,21 @@ class JudgeSettings:
         return settings
 
     def validate(self) -> None:
-        if self.backend not in BACKENDS:
-            raise JudgeConfigError(
-                f"env_config.judge.backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}"
-            )
-        if not self.model:
-            raise JudgeConfigError(
-                f"env_config.judge.model is not set (the {self.backend} judge needs a model name"
-                + (" or a local path)" if self.backend == "transformers" else ")")
-            )
-        if self.timeout_s <= 0:
-            raise JudgeConfigError("env_config.judge.timeout_s must be > 0")
-        if self.max_retries < 0:
-            raise JudgeConfigError("env_config.judge.max_retries must be >= 0")
-        if self.concurrency < 1:
-            raise JudgeConfigError("env_config.judge.concurrency must be >= 1")
-        if self.temperature < 0:
-            raise JudgeConfigError("env_config.judge.temperature must be >= 0")
-        if self.max_tokens < 1:
-            raise JudgeConfigError("env_config.judge.max_tokens must be >= 1")
+        config_fields = {f.name for f in dataclasses.fields(JudgeConfig)}
+        try:
+            JudgeConfig(
+                **{k: v for k, v in dataclasses.asdict(self).items() if k in config_fields}
+            ).validate()
+        except JudgeConfigError:
+            raise
+        except ConfigError as exc:
+            raise JudgeConfigError(str(exc))
         if self.http_transport not in ("auto", "aiohttp", "httpx"):
             raise JudgeConfigError(
                 f"judge http_transport must be auto, aiohttp or httpx, got {self.http_transport!r}"
             )
         if self.backoff_initial_s < 0 or self.backoff_max_s < 0:
             raise JudgeConfigError("judge backoff times must be >= 0")
-        if self.prompt_dir is not None and not Path(self.prompt_dir).expanduser().is_dir():
-            raise JudgeConfigError(f"env_config.judge.prompt_dir is not a directory: {self.prompt_dir}")
-        if self.backend == "replay":
-            if not self.cache_path:
-                raise JudgeConfigError(
-                    "env_config.judge.cache_path is not set: the replay judge answers only from a cache"
-                )
-            if not Path(self.cache_path).expanduser().is_file():
-                raise JudgeConfigError(f"env_config.judge.cache_path does not exist: {self.cache_path}")
 
     def describe(self) -> dict[str, Any]:
         """What identifies this judge in metadata and records (no key, no key-variable value)."""
@@ -131,3 +102,17 @@ class JudgeSettings:
         """Short human name for error messages: ``openai judge 'gpt-x' at http://…``."""
         where = f" at {public_url(self.base_url)}" if self.backend == "openai" and self.base_url else ""
         return f"{self.backend} judge {self.model!r}{where}"
+
+
+JudgeSettings = dataclasses.make_dataclass(
+    "JudgeSettings",
+    [(f.name, f.type, dataclasses.field(default=f.default)) for f in dataclasses.fields(JudgeConfig)]
+    + _CLIENT_FIELDS,
+    bases=(_SettingsMethods,),
+    frozen=True,
+)
+JudgeSettings.__module__ = __name__  # pickles by name (Ray tasks, worker processes)
+JudgeSettings.__doc__ = """Frozen, hashable judge settings: ``JudgeConfig``'s fields plus client-only ones.
+
+Build with :meth:`from_config`; equal settings share one client (connection pool, concurrency
+cap, cache connection) per process."""

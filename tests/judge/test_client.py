@@ -295,7 +295,7 @@ def test_openai_without_base_url_needs_the_key_variable(monkeypatch):
 
 
 def test_judge_config_dataclass_is_accepted(server: FakeJudgeServer, api_key: str):
-    from deepanalyze_env.config import JudgeConfig
+    from deepanalyze_env.core.config import JudgeConfig
 
     client = get_judge_client(
         JudgeConfig(backend="openai", base_url=server.url, model=MODEL, api_key_env=KEY_ENV)

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from deepanalyze_env.env import DeepAnalyzeEnv
-from deepanalyze_env.tasks import env_extras, load_rows
+from deepanalyze_env.core.env import DeepAnalyzeEnv
+from deepanalyze_env.core.tasks import env_extras, load_rows
 from rewards.judge.fake_server import FakeJudgeServer, Reply
 from tests.conftest import DATA
 

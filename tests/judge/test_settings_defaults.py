@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from deepanalyze_env.config import JudgeConfig
+from deepanalyze_env.core.config import JudgeConfig
 from rewards.judge import JudgeSettings
 
 

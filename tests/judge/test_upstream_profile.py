@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from deepanalyze_env.env import DeepAnalyzeEnv
+from deepanalyze_env.core.env import DeepAnalyzeEnv
 from rewards.judge.fake_server import FakeJudgeServer, Reply
 from tests.conftest import code
 

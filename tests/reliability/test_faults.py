@@ -17,7 +17,7 @@ import skyrl_gym
 
 import tools.sandbox
 import tools.workspace
-from deepanalyze_env.records import read_records
+from deepanalyze_env.core.records import read_records
 from tests.conftest import code, qa_extras, wait_gone
 
 PROMPT = [{"role": "user", "content": "Which store has the highest revenue?"}]

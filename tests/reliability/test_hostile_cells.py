@@ -215,9 +215,12 @@ def _contained(case: Case, workspace_root: Path) -> None:
     env = make_env(workspace_root)
     try:
         if case.name == "fork_bomb" and not _fork_bomb_is_bounded(env):
-            pytest.skip("no pids cgroup and RLIMIT_NPROC is not enforced for root: not bounded here")
+            pytest.skip(
+                "needs root with a writable pids cgroup (or a non-root user, for RLIMIT_NPROC): "
+                "a fork bomb is not bounded here"
+            )
         if case.name == "network_connection" and env.kernel.sandbox.get("network", "").startswith("open"):
-            pytest.skip("no network namespace permitted here")
+            pytest.skip("needs root (or unprivileged user namespaces): no network namespace here")
         server_pid = env.kernel.server.proc.pid
         worker_pid = env.kernel.pid
         scratch = env.workspace.path

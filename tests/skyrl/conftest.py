@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInterface
 
-from deepanalyze_env.skyrl.config import parse_config
-from deepanalyze_env.tasks import env_extras, load_rows
+from deepanalyze_env.core.tasks import env_extras, load_rows
+from deepanalyze_env.trainers.skyrl.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data"

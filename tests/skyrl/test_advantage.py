@@ -14,9 +14,9 @@ import pytest
 import torch
 from skyrl.backends.skyrl_train.utils import ppo_utils
 
-from deepanalyze_env.skyrl.advantage import register_estimator
-from deepanalyze_env.skyrl.config import ESTIMATOR
-from deepanalyze_env.skyrl.trainer import DeepAnalyzeTrainer
+from deepanalyze_env.trainers.skyrl.advantage import register_estimator
+from deepanalyze_env.trainers.skyrl.config import ESTIMATOR
+from deepanalyze_env.trainers.skyrl.trainer import DeepAnalyzeTrainer
 from rewards.judge.fake_server import FakeJudgeServer, Reply
 from tests.skyrl.conftest import ScriptedEngine, generator_input, make_cfg, make_generator, trajectories
 

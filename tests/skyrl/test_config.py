@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from deepanalyze_env.config import ConfigError
-from deepanalyze_env.skyrl.config import ESTIMATOR, parse_config
-from deepanalyze_env.skyrl.entrypoint import main
-from deepanalyze_env.tasks import env_extras
+from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.tasks import env_extras
+from deepanalyze_env.trainers.skyrl.config import ESTIMATOR, parse_config
+from deepanalyze_env.trainers.skyrl.entrypoint import main
 from tests.conftest import qa_extras
 from tests.skyrl.conftest import ROOT, ScriptedEngine, make_cfg, make_generator
 
@@ -120,7 +120,7 @@ def test_lengths_default_to_deepanalyzes_and_no_gsm8k_validation_set():
 
 
 def test_the_judge_key_variable_is_forwarded_to_the_training_task(monkeypatch):
-    from deepanalyze_env.skyrl.entrypoint import forwarded_env
+    from deepanalyze_env.trainers.skyrl.entrypoint import forwarded_env
 
     monkeypatch.setenv("MY_JUDGE_KEY", "sk-test")
     monkeypatch.delenv("DEEPANALYZE_CACHE", raising=False)
@@ -132,7 +132,7 @@ def test_the_judge_key_variable_is_forwarded_to_the_training_task(monkeypatch):
 def test_a_dead_judge_stops_training_after_three_all_failed_batches():
     from types import SimpleNamespace
 
-    from deepanalyze_env.skyrl.trainer import DeepAnalyzeTrainer
+    from deepanalyze_env.trainers.skyrl.trainer import DeepAnalyzeTrainer
 
     trainer = SimpleNamespace()  # the guard only keeps a counter on the trainer
     DeepAnalyzeTrainer._guard_outage(trainer, 8, 8)
@@ -144,7 +144,7 @@ def test_a_dead_judge_stops_training_after_three_all_failed_batches():
 
 
 def test_training_on_a_machine_without_gpus_is_one_clear_line(tmp_path):
-    cmd = [sys.executable, "-m", "deepanalyze_env.skyrl", "trainer.policy.model.path=/unused"]
+    cmd = [sys.executable, "-m", "deepanalyze_env.trainers.skyrl", "trainer.policy.model.path=/unused"]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a fresh local Ray, CPUs only
     out = subprocess.run(
         [*cmd, f"trainer.log_path={tmp_path}"], capture_output=True, text=True, cwd=ROOT, timeout=300, env=env

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from deepanalyze_env.tasks import env_extras
+from deepanalyze_env.core.tasks import env_extras
 from rewards.judge.fake_server import FakeJudgeServer, Reply
 from tests.skyrl.conftest import ScriptedEngine, generator_input, make_cfg, make_generator, trajectories
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from deepanalyze_env.skyrl.trainer import exclude_rows
-from deepanalyze_env.tasks import env_extras
+from deepanalyze_env.core.tasks import env_extras
+from deepanalyze_env.trainers.skyrl.trainer import exclude_rows
 from tests.conftest import qa_extras
 from tests.skyrl.conftest import ScriptedEngine, make_cfg, make_generator
 

@@ -41,7 +41,7 @@ def test_a_fresh_process_knows_nothing_until_something_registers():
 
 def test_the_entrypoint_task_registers_env_and_estimator_in_a_fresh_process():
     # what a Ray worker does: import the task's module, then run the task body's first line
-    got = probe("from deepanalyze_env.skyrl import entrypoint\nentrypoint.register_all()")
+    got = probe("from deepanalyze_env.trainers.skyrl import entrypoint\nentrypoint.register_all()")
     assert got == {"before": False, "env": True, "estimator": True}
 
 
@@ -52,7 +52,7 @@ def play(row: dict, turns: list[str], env_config: dict) -> dict:
     """One episode through skyrl_gym.make, the way SkyRL's generator makes envs."""
     import skyrl_gym
 
-    from deepanalyze_env.tasks import env_extras
+    from deepanalyze_env.core.tasks import env_extras
 
     env = skyrl_gym.make("deepanalyze", env_config=env_config, extras=env_extras(row))
     env.init(row["prompt"])
@@ -76,7 +76,7 @@ def play(row: dict, turns: list[str], env_config: dict) -> dict:
 
 
 def play_in_task(row: dict, turns: list[str], env_config: dict) -> dict:
-    from deepanalyze_env.skyrl.entrypoint import register_all
+    from deepanalyze_env.trainers.skyrl.entrypoint import register_all
 
     register_all()  # the registry does not travel to Ray workers
     result = play(row, turns, env_config)

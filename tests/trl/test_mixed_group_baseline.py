@@ -14,7 +14,7 @@ trl = pytest.importorskip("trl")
 from datasets import Dataset  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from deepanalyze_env.trl_rollout import (  # noqa: E402
+from deepanalyze_env.trainers.trl.rollout import (  # noqa: E402
     DeepAnalyzeRollout,
     Generated,
     environment_reward,

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from deepanalyze_env.cli import main
-from deepanalyze_env.config import ConfigError
-from deepanalyze_env.recipes import load_recipe
+from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.trainers.recipes import load_recipe
 
 BASE = {
     "backend": "trl",
@@ -113,7 +113,7 @@ def test_train_writes_metrics_records_and_curves(tiny_tokenizer, workspace_root,
 
 @pytest.mark.parametrize("name", ["trl_cpu_smoke.yaml", "trl_grpo.yaml"])
 def test_shipped_trl_recipes_are_valid(name):
-    from deepanalyze_env.train_trl import _grpo_config
+    from deepanalyze_env.trainers.trl.train import _grpo_config
 
     root = Path(__file__).resolve().parents[2]
     recipe = load_recipe(root / "recipes" / name, ["trl.bf16=false", "trl.use_vllm=false"])

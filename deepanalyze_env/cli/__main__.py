@@ -1,0 +1,9 @@
+"""``python -m deepanalyze_env.cli`` is ``deepanalyze-rl``."""
+
+from __future__ import annotations
+
+import sys
+
+from deepanalyze_env.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,50 @@
+"""``deepanalyze-rl train RECIPE [key=value ...]``: run a GRPO recipe."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from deepanalyze_env.cli.common import console, make_parser
+
+
+def add_parser(sub: Any) -> None:
+    p = make_parser(
+        sub,
+        "train",
+        "run a GRPO recipe (TRL or SkyRL backend)",
+        "deepanalyze-rl train recipes/trl_cpu_smoke.yaml max_steps=2 output_dir=runs/smoke",
+    )
+    p.add_argument("recipe", metavar="RECIPE", help="recipe YAML (DESIGN contract 7)")
+    # REMAINDER so that --check may also come after the overrides (argparse would refuse it there)
+    p.add_argument(
+        "overrides",
+        nargs=argparse.REMAINDER,
+        metavar="key=value",
+        help="dotted overrides, e.g. env.max_turns=4",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the recipe (skyrl: the whole resolved SkyRL config) and print it; do not train",
+    )
+    p.set_defaults(func=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from deepanalyze_env.trainers.recipes import load_recipe
+
+    check = args.check or "--check" in args.overrides
+    overrides = [o for o in args.overrides if o != "--check"]
+    recipe = load_recipe(args.recipe, overrides)
+    if recipe.backend == "skyrl":
+        from deepanalyze_env.trainers.skyrl.launch import train_skyrl
+
+        return train_skyrl(recipe, check=check)
+    if check:
+        console.print_json(data=dataclasses.asdict(recipe))
+        return 0
+    from deepanalyze_env.trainers.trl.train import train_trl
+
+    return train_trl(recipe)

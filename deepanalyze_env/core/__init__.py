@@ -1,0 +1,13 @@
+"""The environment core: what a trainer needs to run one episode, and nothing else.
+
+- ``env``: :class:`DeepAnalyzeEnv`, the skyrl_gym ``BaseTextEnv`` (init → step … → close).
+- ``protocol``: the tag protocol (parsing turns, the stop tags, observations).
+- ``config``: ``env_config`` as strict dataclasses (``EnvConfig``, ``ExecutorConfig``, ``JudgeConfig``).
+- ``errors``: ``ConfigError``, the one exception type for bad input.
+- ``profiles``: ``v1`` and ``upstream`` semantics.
+- ``tasks``: task files and dataset rows (JSONL, JSON, Parquet) → the env's ``extras``.
+- ``records``: the episode record written on ``close()``.
+- ``models``: local model references (``embedded:smollm2``, folders).
+
+Layer rule (``tests/test_layers.py``): nothing here imports ``trainers``, ``offline`` or ``cli``.
+"""

@@ -1,0 +1,265 @@
+"""``env_config`` (DESIGN contract 2) as typed dataclasses with strict, named validation.
+
+Accepts a plain dict, an OmegaConf node or a dataclass, because SkyRL hands us OmegaConf and
+users hand us dicts. An unknown key is an error naming its dotted path: a typo in a training
+config must fail before the first rollout, not silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+from deepanalyze_env.core.errors import ConfigError
+
+__all__ = ["ConfigError", "EnvConfig", "ExecutorConfig", "JudgeConfig", "SandboxConfig"]
+
+
+@dataclass
+class SandboxConfig:
+    """``executor.sandbox``: protections around each kernel worker (``tools/sandbox.py``).
+
+    None keeps the executor's default (in brackets). What holds depends on privileges: see the
+    README's security model.
+    """
+
+    max_processes: int | None = None  # processes + threads per worker [512]
+    file_size_mb: int | None = None  # largest single file a cell may write [1024]
+    network: bool | None = None  # allow network access [false: empty network namespace]
+    cgroup: bool | None = None  # a pids cgroup per worker where one can be made [true]
+    readonly_fs: bool | None = None  # everything read-only but the workspace, as root [true]
+    tmp_mb: int | None = None  # size of the private /tmp and /dev/shm [256]
+
+
+@dataclass
+class ExecutorConfig:
+    timeout_s: float = 10.0
+    memory_mb: int | None = 2048
+    max_output_chars: int = 20000
+    python: str | None = None
+    preload: list[str] | None = None
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+
+    def validate(self) -> None:
+        if self.timeout_s <= 0:
+            raise ConfigError("env_config.executor.timeout_s must be > 0")
+        if self.memory_mb is not None and self.memory_mb <= 0:
+            raise ConfigError("env_config.executor.memory_mb must be > 0 or null")
+        if self.max_output_chars < 100:
+            raise ConfigError("env_config.executor.max_output_chars must be >= 100")
+
+
+JudgeBackend = Literal["openai", "transformers", "replay"]
+JUDGE_BACKENDS: tuple[str, ...] = get_args(JudgeBackend)
+
+
+@dataclass
+class JudgeConfig:
+    """``env_config.judge``: the LLM judge behind the rubric components (``qa_analysis``, …).
+
+    The only definition of the judge's settings and their rules: the judge client's frozen key
+    (``rewards.judge.JudgeSettings``) is derived from these fields and runs :meth:`validate`.
+    """
+
+    backend: str | None = None
+    """``openai`` (any OpenAI-compatible server), ``transformers`` (a local model) or ``replay``
+    (answers only from ``cache_path``); a bare ``base_url`` means ``openai``."""
+    base_url: str | None = None
+    """Endpoint of an OpenAI-compatible server, e.g. ``http://127.0.0.1:8001/v1``."""
+    model: str | None = None
+    """Model name at the endpoint, or a local folder / ``.gguf`` / ``embedded:smollm2``."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the environment variable holding the API key (the key itself is never stored)."""
+    timeout_s: float = 60.0
+    """Per-request timeout; a request that times out is retried, then ``verifier_error``."""
+    max_retries: int = 3
+    """Retries on timeouts, HTTP 429 and 5xx (exponential backoff with jitter)."""
+    concurrency: int = 16
+    """Judge requests in flight at once, per process."""
+    temperature: float = 0.0
+    """Sampling temperature of the judge."""
+    max_tokens: int = 1024
+    """Longest judge reply."""
+    prompt_dir: str | None = None
+    """A folder of rubric files replacing the shipped ones (``rewards/prompts/``)."""
+    cache_path: str | None = None
+    """SQLite file caching replies by (model, prompt, sampling parameters, sample index)."""
+
+    @property
+    def configured(self) -> bool:
+        return self.backend is not None or self.base_url is not None
+
+    def validate(self) -> None:
+        """Rules a usable judge must meet (checked when a judge is built, not for unused ones)."""
+        if self.backend not in JUDGE_BACKENDS:
+            raise ConfigError(
+                f"env_config.judge.backend must be one of {', '.join(JUDGE_BACKENDS)}, got {self.backend!r}"
+            )
+        if not self.model:
+            raise ConfigError(
+                f"env_config.judge.model is not set (the {self.backend} judge needs a model name"
+                + (" or a local path)" if self.backend == "transformers" else ")")
+            )
+        if self.timeout_s <= 0:
+            raise ConfigError("env_config.judge.timeout_s must be > 0")
+        if self.max_retries < 0:
+            raise ConfigError("env_config.judge.max_retries must be >= 0")
+        if self.concurrency < 1:
+            raise ConfigError("env_config.judge.concurrency must be >= 1")
+        if self.temperature < 0:
+            raise ConfigError("env_config.judge.temperature must be >= 0")
+        if self.max_tokens < 1:
+            raise ConfigError("env_config.judge.max_tokens must be >= 1")
+        if self.prompt_dir is not None and not Path(self.prompt_dir).expanduser().is_dir():
+            raise ConfigError(f"env_config.judge.prompt_dir is not a directory: {self.prompt_dir}")
+        if self.backend == "replay":
+            if not self.cache_path:
+                raise ConfigError(
+                    "env_config.judge.cache_path is not set: the replay judge answers only from a cache"
+                )
+            if not Path(self.cache_path).expanduser().is_file():
+                raise ConfigError(f"env_config.judge.cache_path does not exist: {self.cache_path}")
+
+
+@dataclass
+class EnvConfig:
+    workspace_root: str | None = None
+    profile: str = "v1"
+    max_turns: int = 30
+    observation_role: str = "user"
+    stateful_cells: bool = False
+    system_prompt: str | None = None
+    records_dir: str | None = None
+    policy_id: str | None = None
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+
+    @classmethod
+    def from_any(cls, raw: Any, path: str = "env_config") -> EnvConfig:
+        """Strict build from a dict, an OmegaConf node or an EnvConfig; ``path`` prefixes error
+        messages (``environment.skyrl_gym.deepanalyze`` under SkyRL). An EnvConfig that SkyRL's
+        config builder made holds plain dicts in its nested sections, so it is rebuilt."""
+        if isinstance(raw, EnvConfig) and _fully_typed(raw):
+            return raw
+        config = _build(cls, to_plain(raw), path)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if self.max_turns < 1:
+            raise ConfigError("env_config.max_turns must be >= 1")
+        if not self.observation_role:
+            raise ConfigError("env_config.observation_role must be a non-empty role name")
+        self.executor.validate()
+
+
+def _fully_typed(config: EnvConfig) -> bool:
+    return (
+        isinstance(config.executor, ExecutorConfig)
+        and isinstance(config.executor.sandbox, SandboxConfig)
+        and isinstance(config.judge, JudgeConfig)
+    )
+
+
+def to_plain(raw: Any) -> dict:
+    """Turn a dict / OmegaConf node / dataclass / None into a plain dict."""
+    if raw is None:
+        return {}
+    if dataclasses.is_dataclass(raw) and not isinstance(raw, type):
+        return dataclasses.asdict(raw)
+    if hasattr(raw, "_metadata") and hasattr(raw, "_content"):  # OmegaConf node, without importing it
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(raw, resolve=True) or {}
+    if isinstance(raw, dict):
+        return dict(raw)
+    try:
+        return dict(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"env_config must be a mapping, got {type(raw).__name__}")
+
+
+def _build(cls: type, data: dict, path: str):
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must be a mapping, got {type(data).__name__}")
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in names:
+            known = ", ".join(sorted(names)) or "(none)"
+            raise ConfigError(f"unknown key {path}.{key} (known keys: {known})")
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            kwargs[key] = _build(hint, to_plain(value), f"{path}.{key}")
+        else:
+            kwargs[key] = _coerce(value, hint, f"{path}.{key}")
+    return cls(**kwargs)
+
+
+def _to_bool(value: Any, path: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ConfigError(f"{path} must be true or false, got {value!r}")
+
+
+def _to_int(value: Any, path: str) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(f"{path} must be an integer, got {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path} must be an integer, got {value!r}")
+
+
+def _to_float(value: Any, path: str) -> float:
+    if isinstance(value, bool):
+        raise ConfigError(f"{path} must be a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path} must be a number, got {value!r}")
+
+
+def _to_str(value: Any, path: str) -> str:
+    return str(value)
+
+
+def _to_list(value: Any, path: str) -> list:
+    if isinstance(value, str):  # a command-line override: comma-separated
+        return [v.strip() for v in value.split(",") if v.strip()]
+    try:
+        return list(value)
+    except TypeError:
+        raise ConfigError(f"{path} must be a list, got {value!r}")
+
+
+# annotation (or its origin, for ``list[str]``) → coercion; YAML and CLI overrides give text
+_COERCE: dict[Any, Callable[[Any, str], Any]] = {
+    bool: _to_bool,
+    int: _to_int,
+    float: _to_float,
+    str: _to_str,
+    list: _to_list,
+}
+
+
+def _coerce(value: Any, hint: Any, path: str) -> Any:
+    """Check and convert a scalar setting by its annotation (``int``, ``float | None``, …)."""
+    args = get_args(hint)
+    optional = get_origin(hint) in (Union, UnionType) and type(None) in args
+    if optional:
+        rest = [a for a in args if a is not type(None)]
+        hint = rest[0] if len(rest) == 1 else Any
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{path} must not be null")
+    coerce = _COERCE.get(get_origin(hint) or hint)
+    return value if coerce is None else coerce(value, path)

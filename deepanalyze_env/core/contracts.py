@@ -1,0 +1,146 @@
+"""What the env hands out, as types: statuses, step metadata, the finished episode, the record.
+
+Trainer adapters, offline tools and users' scripts read these shapes; ``docs/design.md``
+("Step output", "Episode record") explains each field, and ``tests/test_design_doc.py`` keeps
+the two in step. The value tuples (``REWARD_STATUSES`` …) are derived from the ``Literal``
+types, so a new status is added in one place.
+
+Example::
+
+    from deepanalyze_env.core.contracts import FinalMetadata
+
+    def trainable(meta: FinalMetadata) -> bool:
+        return meta["reward_status"] == "scored" and meta["termination"] != "length"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, NotRequired, TypedDict, get_args
+
+RewardStatus = Literal["scored", "verifier_error", "environment_error"]
+"""``scored``: every component computed. ``verifier_error``: a reward function or the judge
+could not produce a score (judge outage, unparsable reply). ``environment_error``: an
+infrastructure fault from outside the episode (worker killed while idle, workspace copy
+failed). Trainers keep the two error statuses out of the gradient."""
+
+Termination = Literal["answer", "max_turns", "length", "error"]
+"""Why the episode ended: an ``<Answer>`` block, the turn limit, a trainer's token budget, or
+an infrastructure fault mid-episode (with ``environment_error``)."""
+
+ExecStatus = Literal["ok", "error", "timeout", "crashed", "no_code", "skipped"]
+"""Outcome of one code turn: ran cleanly; raised; hit ``timeout_s``; its process died (the
+policy's doing); the turn held no code; not run (``upstream`` profile, task without data)."""
+
+Gate = Literal["tags", "fence"]
+"""Which format gate failed: the protocol tags, or (datatask/openresearch) a non-Python fence."""
+
+ProfileName = Literal["v1", "upstream"]
+
+REWARD_STATUSES: tuple[str, ...] = get_args(RewardStatus)
+TERMINATIONS: tuple[str, ...] = get_args(Termination)
+EXEC_STATUSES: tuple[str, ...] = get_args(ExecStatus)
+
+
+class ExecInfo(TypedDict):
+    """One code turn as the env saw it (``metadata["exec"]``, and per turn in records)."""
+
+    status: ExecStatus
+    elapsed_ms: float
+    truncated: bool  # the output exceeded ``max_output_chars`` (head and tail kept)
+
+
+class TurnMetadata(TypedDict):
+    """``step()`` metadata while the episode goes on."""
+
+    code_pass: int  # 1 when the cell counts as passing (profile rule), else 0
+    exec: ExecInfo
+
+
+class JudgeSummary(TypedDict):
+    """``metadata["judge"]``: who judged, with which prompts, and every call of the episode."""
+
+    backend: str
+    model: str
+    base_url: str | None  # without credentials
+    temperature: float
+    max_tokens: int
+    prompt_hashes: dict[str, str]  # rubric → sha256 of the prompt used
+    calls: list[dict[str, Any]]  # rubric, prompt_hash, reply, parsed score or error, latency
+
+
+class FinalMetadata(TypedDict):
+    """``step()`` metadata of the final step (``done`` is true)."""
+
+    reward_components: dict[str, float]  # component name → value (``{"format_gate": -1.0}`` on a failed gate)
+    reward_status: RewardStatus
+    format_ok: bool
+    gate: Gate | None  # which gate failed; None when it passed
+    termination: Termination
+    code_pass: list[int]  # per code turn
+    turns: int  # policy turns taken
+    exec: list[ExecInfo]  # per code turn
+    error: NotRequired[str]  # why the status is not ``scored``
+    judge: NotRequired[JudgeSummary]  # present when the judge was called
+
+
+class Versions(TypedDict):
+    """What produced and scored an episode, so a number can be traced to code and data."""
+
+    package: str  # deepanalyze-env version
+    profile: str
+    reward_plan: str  # fingerprint of the reward plan (methods, functions, weights)
+    policy_id: str | None
+    judge_model: str | None
+    judge_prompts: dict[str, str]  # rubric → sha256 of the prompt file
+    kernel: dict[str, str]  # kernel package → version
+
+
+class EpisodeRecord(TypedDict):
+    """One line of ``episodes-*.jsonl`` (fields in this order; see ``RECORD_FIELDS``)."""
+
+    episode_id: str
+    task_id: str | None
+    task_hash: str
+    reward_spec: dict[str, Any]
+    input_seq: str | None
+    data: str | None
+    workspace_id: str | None
+    messages: list[dict[str, str]]  # prompt, policy turns and observations, as the model saw them
+    reward: float | None
+    reward_components: dict[str, float]
+    reward_status: str  # a RewardStatus, or "unfinished" for an episode closed before its end
+    format_ok: bool | None
+    gate: Gate | None
+    termination: Termination | None
+    code_pass: list[int]
+    turns: int
+    exec: list[ExecInfo]
+    judge: JudgeSummary | None
+    usage: Any  # token counts per turn, when the policy reports them
+    versions: Versions
+    timings: dict[str, float]  # init_ms, reward_ms
+    error: str | None
+
+
+RECORD_FIELDS: tuple[str, ...] = tuple(EpisodeRecord.__annotations__)
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """A closed episode as the env reports it; :func:`records.build_record` serialises it.
+
+    Built by ``DeepAnalyzeEnv.result()`` so that records (and anything else that wants the
+    whole episode) read one value instead of the env's internals.
+    """
+
+    extras: dict[str, Any]  # the dataset row's extras (task fields, episode_id, usage)
+    task_id: str | None
+    messages: list[dict[str, str]]
+    reward: float | None  # None while unfinished
+    metadata: FinalMetadata | None  # None while unfinished
+    code_pass: list[int]
+    turns: int
+    exec: list[ExecInfo]
+    timings: dict[str, float]
+    versions: Versions

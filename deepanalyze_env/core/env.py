@@ -1,0 +1,394 @@
+"""``DeepAnalyzeEnv``: one data-analysis episode as a skyrl_gym ``BaseTextEnv``.
+
+Construction validates everything a config or dataset row can get wrong (so a bad run fails
+before the first rollout); ``step()`` never raises for anything the policy writes: bad actions
+become observations and statuses, infrastructure faults become ``environment_error``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+
+from deepanalyze_env.core import protocol
+from deepanalyze_env.core.config import ConfigError, EnvConfig
+from deepanalyze_env.core.contracts import EXEC_STATUSES, REWARD_STATUSES, TERMINATIONS, EpisodeResult
+from deepanalyze_env.core.profiles import PROFILES
+from deepanalyze_env.core.records import RecordWriter, build_record, judge_versions, package_version
+from rewards import RewardContext, RewardOutcome, RewardSpecError
+from tools.kernel import Kernel, KernelError
+from tools.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+
+NO_CODE_MESSAGE = (
+    "[Error]:\nNo code was found in this turn. Put Python code in a fenced block inside "
+    "<Code>...</Code>, or give the final answer inside <Answer>...</Answer>."
+)
+
+
+def load_system_prompt(setting: str | None) -> str | None:
+    if setting is None:
+        return None
+    if setting == "protocol":
+        return (
+            resources.files("deepanalyze_env.core")
+            .joinpath("prompts/protocol.md")
+            .read_text(encoding="utf-8")
+        )
+    path = Path(setting).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"env_config.system_prompt: no such file {setting!r} (or use 'protocol')")
+    return path.read_text(encoding="utf-8")
+
+
+def _judge_client(config: Any, functions: list[str]):
+    """The process's shared judge client; a bad judge setting or prompt file fails here."""
+    from rewards.judge import JudgeError, get_judge_client, validate_prompts
+    from rewards.judges import rubrics_for
+
+    try:
+        client = get_judge_client(config)
+        validate_prompts(client.settings.prompt_dir, rubrics_for(functions))
+    except (JudgeError, ValueError, OSError) as exc:
+        raise ConfigError(str(exc)) from exc
+    return client
+
+
+def resolve_workspace(root: str | None, data: Any, workspace_id: Any) -> Path | None:
+    """``workspace_root/data/workspace_id`` (upstream layout); None when the row has no data."""
+    parts = [str(p) for p in (data, workspace_id) if p not in (None, "")]
+    if not parts:
+        return None
+    if not root:
+        raise ConfigError(
+            f"the task names a workspace ({'/'.join(parts)}) but env_config.workspace_root is not set"
+        )
+    path = Path(root).expanduser().joinpath(*parts)
+    if not path.is_dir():
+        raise ConfigError(f"workspace folder does not exist: {path} (workspace_root/data/workspace_id)")
+    return path
+
+
+class DeepAnalyzeEnv(BaseTextEnv):
+    def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None):
+        super().__init__()
+        self.config = EnvConfig.from_any(env_config)
+        if self.config.profile not in PROFILES:
+            raise ConfigError(
+                f"env_config.profile must be one of {', '.join(PROFILES)}, got {self.config.profile!r}"
+            )
+        self.profile = PROFILES[self.config.profile]
+        self.extras = dict(extras or {})
+        spec = self.extras.get("reward_spec")
+        if isinstance(spec, str):  # parquet files may carry it as JSON text (prepare-data does)
+            try:
+                spec = json.loads(spec)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"extras.reward_spec is a string but not JSON: {exc.msg}")
+            self.extras["reward_spec"] = spec
+        if spec is None:
+            raise ConfigError("extras.reward_spec is missing: every dataset row needs a reward_spec column")
+        try:
+            self.plan = self.profile.build_plan(spec)
+        except RewardSpecError as exc:
+            raise ConfigError(str(exc)) from exc
+        self.reward_spec = dict(spec)
+        needs_judge = self.plan.needs_judge
+        self.judge_client = None
+        if needs_judge:
+            if not self.config.judge.configured:
+                raise ConfigError(
+                    f"reward plan needs a judge for {', '.join(needs_judge)} "
+                    "but env_config.judge is not set (set judge.backend: openai with "
+                    "judge.base_url and judge.model, or transformers / replay)"
+                )
+            self.judge_client = _judge_client(self.config.judge, needs_judge)
+        self.question = self.extras.get("input_seq")
+        if needs_judge and not self.question:
+            raise ConfigError(f"extras.input_seq is missing; {', '.join(needs_judge)} shows it to the judge")
+        self.max_turns = int(self.extras.get("max_turns") or self.config.max_turns)
+        if self.max_turns < 1:
+            raise ConfigError("extras.max_turns must be >= 1")
+        self.source_workspace = resolve_workspace(
+            self.config.workspace_root, self.extras.get("data"), self.extras.get("workspace_id")
+        )
+        self.system_prompt = load_system_prompt(self.config.system_prompt)
+        self.task_id = self.extras.get("task_id") or self.extras.get("id")
+
+        self.messages: list[dict[str, str]] = []
+        self.prompt_len = 0
+        self.policy_turns: list[str] = []
+        self.code_pass: list[int] = []
+        self.exec_log: list[dict[str, Any]] = []
+        self.kernel: Kernel | None = None
+        self.workspace: Workspace | None = None
+        self.kernel_versions: dict[str, str] = {}
+        self.final_metadata: dict[str, Any] | None = None
+        self.final_reward: float | None = None
+        self.timings: dict[str, float] = {}
+        self._infra_error: str | None = None
+        self._closed = False
+        self.judge_session = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def init(self, prompt: Any) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        messages = (
+            [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+        )
+        if self.system_prompt:
+            if messages and messages[0].get("role") == "system":
+                messages[0]["content"] = self.system_prompt + "\n\n" + messages[0]["content"]
+            else:
+                messages.insert(0, {"role": "system", "content": self.system_prompt})
+        self.messages = list(messages)
+        self.prompt_len = len(messages)
+        start = time.monotonic()
+        try:
+            self.workspace = Workspace(self.source_workspace)
+            ex = self.config.executor
+            self.kernel = Kernel(
+                self.workspace.path,
+                timeout_s=ex.timeout_s,
+                memory_mb=ex.memory_mb,
+                max_output_chars=ex.max_output_chars,
+                stateful=self.config.stateful_cells,
+                python=ex.python,
+                preload=tuple(ex.preload) if ex.preload is not None else None,
+                timeout_message=self.profile.timeout_message,
+                crash_message=self.profile.crash_message,
+                sandbox=getattr(ex, "sandbox", None),
+            )
+            self.kernel_versions = self.kernel.versions
+        except (KernelError, OSError) as exc:
+            log.error("episode start failed: %s", exc)
+            self._infra_error = f"episode start failed: {exc}"
+        self.timings["init_ms"] = (time.monotonic() - start) * 1000.0
+        return messages, {}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        if self.final_metadata is not None:
+            return BaseTextEnvStepOutput(
+                observations=[],
+                reward=self.final_reward,
+                done=True,
+                metadata=dict(self.final_metadata),
+                postprocessed_action="",
+            )
+        self.turns += 1
+        text = action if isinstance(action, str) else str(action)
+        cut = self.profile.truncate(text)
+        self.policy_turns.append(cut)
+        self.messages.append({"role": "assistant", "content": cut})
+        out = self._advance(cut)
+        if cut == text:
+            # Nothing was cut: None tells SkyRL's generator to keep the sampled tokens as they are
+            # (a postprocessed action makes it re-tokenize the text, breaking token-in-token-out).
+            out["postprocessed_action"] = None
+        return out
+
+    def _advance(self, cut: str) -> BaseTextEnvStepOutput:
+        try:
+            if self._infra_error:
+                return self._finish("error", cut, infra_error=self._infra_error)
+            if self.profile.has_answer(cut):
+                return self._finish("answer", cut)
+            if self.turns >= self.max_turns:
+                return self._finish("max_turns", cut)
+            return self._code_turn(cut)
+        except KernelError as exc:
+            return self._finish("error", cut, infra_error=str(exc))
+        except Exception as exc:  # a bug of ours must not take the trainer down
+            log.exception("internal error in step()")
+            return self._finish("error", cut, infra_error=f"internal error: {type(exc).__name__}: {exc}")
+
+    def end_for_length(self) -> BaseTextEnvStepOutput:
+        """End the episode because a trainer's token budget ran out (``termination: "length"``).
+
+        The episode is scored as it stands (without an answer the format gate fails), so a
+        trainer can either mask it (the default) or train on the failed gate.
+        """
+        if self.final_metadata is not None:
+            return self.step("")
+        return self._finish("length", "")
+
+    def _code_turn(self, cut: str) -> BaseTextEnvStepOutput:
+        code = protocol.extract_code(cut)
+        if code is None:
+            output, exec_meta = NO_CODE_MESSAGE, {"status": "no_code", "elapsed_ms": 0.0, "truncated": False}
+        elif self.source_workspace is None and not self.profile.run_without_workspace:
+            # upstream ran no code for a task without a workspace; the turn then counted 0
+            output, exec_meta = "", {"status": "skipped", "elapsed_ms": 0.0, "truncated": False}
+        else:
+            assert self.kernel is not None
+            result = self.kernel.run(code)
+            output = result.output
+            exec_meta = {
+                "status": result.status,
+                "elapsed_ms": result.elapsed_ms,
+                "truncated": result.truncated,
+            }
+        passed = self.profile.code_pass(exec_meta["status"], output)
+        self.code_pass.append(passed)
+        self.exec_log.append(exec_meta)
+        observation = {"role": self.config.observation_role, "content": protocol.render_observation(output)}
+        self.messages.append(observation)
+        return BaseTextEnvStepOutput(
+            observations=[observation],
+            reward=0.0,
+            done=False,
+            metadata={"code_pass": passed, "exec": exec_meta},
+            postprocessed_action=cut,
+        )
+
+    def _context(self) -> RewardContext:
+        episode = self.messages[self.prompt_len :]
+        return RewardContext(
+            answer=protocol.extract_answer(self.policy_turns),
+            policy_text="\n".join(self.policy_turns),
+            trajectory="".join(m["content"] for m in episode),
+            messages=list(self.messages),
+            ground_truth=self.reward_spec.get("ground_truth"),
+            question=self.question,
+            code_pass=list(self.code_pass),
+            turns=len(self.policy_turns),
+            workspace=self.workspace.path if self.workspace else None,
+            reward_spec=self.reward_spec,
+            judge=self._judge_session(),
+        )
+
+    def _judge_session(self):
+        if self.judge_client is None:
+            return None
+        if self.judge_session is None:
+            from rewards.judge import JudgeSession
+
+            self.judge_session = JudgeSession(self.judge_client, score_rule=self.profile.score_rule)
+        return self.judge_session
+
+    def _finish(self, termination: str, cut: str, infra_error: str | None = None) -> BaseTextEnvStepOutput:
+        start = time.monotonic()
+        if infra_error is not None:
+            outcome = RewardOutcome(0.0, {}, "environment_error", False, None, infra_error)
+        else:
+            try:
+                outcome = self.plan.score(self._context())
+            except Exception as exc:
+                log.exception("reward computation failed")
+                outcome = RewardOutcome(0.0, {}, "verifier_error", True, None, f"{type(exc).__name__}: {exc}")
+        self.timings["reward_ms"] = (time.monotonic() - start) * 1000.0
+        metadata: dict[str, Any] = {
+            "reward_components": dict(outcome.components),
+            "reward_status": outcome.status,
+            "format_ok": outcome.format_ok,
+            "gate": outcome.gate,
+            "termination": termination,
+            "code_pass": list(self.code_pass),
+            "turns": self.turns,
+            "exec": list(self.exec_log),
+        }
+        if outcome.error:
+            metadata["error"] = outcome.error
+        if self.judge_session is not None and self.judge_session.calls:
+            metadata["judge"] = self.judge_session.summary()
+        self.final_metadata = metadata
+        self.final_reward = float(outcome.reward)
+        return BaseTextEnvStepOutput(
+            observations=[],
+            reward=self.final_reward,
+            done=True,
+            metadata=dict(metadata),
+            postprocessed_action=cut,
+        )
+
+    def get_metrics(self) -> dict[str, Any]:
+        """Numbers only, one dict per episode; skyrl_gym averages each key over the episodes that
+        have it, so statuses, terminations and exec outcomes are given for every finished episode
+        (0 or 1, or a per-turn fraction) and their means read as rates. ``finished`` 0 means the
+        trainer stopped the episode (token budget) before the env said done; SkyRL adapters key on it.
+        """
+        metrics: dict[str, Any] = {"turns": self.turns, "finished": float(self.final_metadata is not None)}
+        if self.code_pass:
+            metrics["code_pass_rate"] = sum(self.code_pass) / len(self.code_pass)
+        if self.exec_log:
+            for status in EXEC_STATUSES:
+                hits = sum(1 for e in self.exec_log if e.get("status") == status)
+                metrics[f"exec_{status}"] = hits / len(self.exec_log)
+        if self.final_metadata is not None:
+            meta = self.final_metadata
+            metrics["reward"] = self.final_reward
+            metrics["format_ok"] = float(meta["format_ok"])
+            for status in REWARD_STATUSES:
+                metrics[f"status_{status}"] = float(meta["reward_status"] == status)
+            for termination in TERMINATIONS:
+                metrics[f"termination_{termination}"] = float(meta["termination"] == termination)
+            for name, value in meta["reward_components"].items():
+                metrics[f"reward/{name}"] = value
+        return metrics
+
+    def result(self) -> EpisodeResult:
+        """The episode so far (finished or not) as one value: what records serialise."""
+        judge_model, judge_prompts = judge_versions(self.judge_client, self.plan.needs_judge)
+        return EpisodeResult(
+            extras=self.extras,
+            task_id=self.task_id,
+            messages=list(self.messages),
+            reward=self.final_reward,
+            metadata=dict(self.final_metadata) if self.final_metadata is not None else None,  # type: ignore[arg-type]
+            code_pass=list(self.code_pass),
+            turns=self.turns,
+            exec=list(self.exec_log),
+            timings=dict(self.timings),
+            versions={
+                "package": package_version(),
+                "profile": self.config.profile,
+                "reward_plan": self.plan.fingerprint(),
+                "policy_id": self.config.policy_id,
+                "judge_model": judge_model,
+                "judge_prompts": judge_prompts,
+                "kernel": self.kernel_versions,
+            },
+        )
+
+    def close(self, *, record: bool = True) -> None:
+        """Release the worker and scratch workspace; append the record when ``records_dir`` is set.
+
+        ``record=False`` is for a caller abandoning an episode it could not finish (``rollout``
+        when its policy fails or the run is interrupted): a half episode is not data.
+        """
+        if self._closed:
+            return
+        if record and self.final_metadata is None and self.turns > 0:
+            # The trainer ended the loop without a final step: SkyRL's generator stops a trajectory
+            # whose input outgrew max_input_length and closes the env. That is a token budget.
+            try:
+                self.end_for_length()
+            except Exception:  # scoring must never keep the worker or scratch folder alive
+                log.exception("could not score the episode closed for length")
+        self._closed = True
+        if self.kernel is not None:
+            self.kernel.close()
+        if self.workspace is not None:
+            self.workspace.remove()
+        if record and self.config.records_dir:
+            try:
+                RecordWriter.for_dir(self.config.records_dir).append(build_record(self.result()))
+            except OSError as exc:
+                log.error("could not write the episode record to %s: %s", self.config.records_dir, exc)
+
+    def __del__(self):  # a trainer that forgets close() must not leak workers or scratch folders
+        try:
+            if not self._closed and self.kernel is not None:
+                self.kernel.close()
+                if self.workspace is not None:
+                    self.workspace.remove()
+        except Exception:
+            pass

@@ -1,0 +1,153 @@
+"""Task files → dataset rows (DESIGN contract 1), with the user message in DeepAnalyze's layout.
+
+The layout (``# Instruction`` … ``# Data`` then one ``File N: {"name", "size"}`` line per file,
+sizes in KB with one decimal, base 1024) is what DeepAnalyze models saw in training; keeping it
+byte-for-byte avoids a prompt-distribution shift when fine-tuning them further.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from deepanalyze_env import ENV_ID
+from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.env import resolve_workspace
+
+TASK_KEYS = ("id", "method", "instruction", "reward_spec")
+DATA_SOURCE = "deepanalyze"  # SkyRL's data_source column for rendered tasks
+
+
+def format_size(num_bytes: int) -> str:
+    return f"{num_bytes / 1024:.1f}KB"
+
+
+def render_user_message(instruction: str, workspace: Path | None) -> str:
+    files = sorted(p for p in workspace.iterdir() if p.is_file()) if workspace else []
+    if not files:
+        return f"# Instruction\n{instruction}"
+    lines = [
+        f"File {i}: "
+        + json.dumps({"name": p.name, "size": format_size(p.stat().st_size)}, ensure_ascii=False)
+        for i, p in enumerate(files, 1)
+    ]
+    return f"# Instruction\n{instruction}\n\n# Data\n" + "\n".join(lines)
+
+
+def is_dataset_row(obj: dict[str, Any]) -> bool:
+    return "prompt" in obj and "reward_spec" in obj
+
+
+def task_to_row(task: dict[str, Any], workspace_root: str | None) -> dict[str, Any]:
+    missing = [k for k in TASK_KEYS if k not in task]
+    if missing:
+        raise ConfigError(f"task {task.get('id', '?')!r} is missing {', '.join(missing)}")
+    workspace = resolve_workspace(workspace_root, task.get("data"), task.get("workspace_id"))
+    return {
+        "prompt": [{"role": "user", "content": render_user_message(task["instruction"], workspace)}],
+        "env_class": ENV_ID,
+        "reward_spec": task["reward_spec"],
+        "data": task.get("data"),
+        "workspace_id": task.get("workspace_id"),
+        "input_seq": task.get("input_seq") or task["instruction"],
+        "task_id": task["id"],
+    }
+
+
+def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    """One JSON object per non-blank line; a bad line is a ``ConfigError`` naming file and line."""
+    if not Path(path).is_file():
+        raise ConfigError(f"no such file: {path}")
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{lineno}: not valid JSON ({exc.msg})")
+            if not isinstance(obj, dict):
+                raise ConfigError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            yield obj
+
+
+def read_task_file(path: str | Path) -> list[dict[str, Any]]:
+    """Task objects or dataset rows from JSONL, a JSON list or Parquet (DeepAnalyze's RL files)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no such file: {path}")
+    if path.suffix == ".parquet":
+        import pandas as pd
+
+        return [_plain(r) for r in pd.read_parquet(path).to_dict(orient="records")]
+    if path.suffix == ".json":
+        text = path.read_text(encoding="utf-8")
+        if text.lstrip().startswith("["):
+            try:
+                items = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})")
+            bad = [i for i, item in enumerate(items) if not isinstance(item, dict)]
+            if bad:
+                raise ConfigError(f"{path}: item {bad[0]} is not a JSON object")
+            return items
+    return list(read_jsonl(path))
+
+
+def _plain(value: Any) -> Any:
+    """numpy arrays (how pandas returns list columns) back to lists, so rows stay JSON-shaped."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def load_rows(
+    paths: Iterable[str | Path], workspace_root: str | None, data_source: str = DATA_SOURCE
+) -> list[dict[str, Any]]:
+    """The one loader of training/evaluation rows, used by both trainers and every command.
+
+    Task objects become rows (:func:`task_to_row`) with SkyRL's ``data_source`` and
+    ``extra_info`` columns; DeepAnalyze's own rows (``prompt`` + ``reward_spec``) pass through
+    unchanged. Rows come in file order; a problem is a ``ConfigError`` naming the file.
+    """
+    rows = []
+    for path in paths:
+        for index, obj in enumerate(read_task_file(path)):
+            if is_dataset_row(obj):
+                rows.append(dict(obj))
+                continue
+            try:
+                row = task_to_row(obj, workspace_root)
+            except ConfigError as exc:
+                raise ConfigError(f"{path}: task {index}: {exc}")
+            row["data_source"] = data_source
+            row["extra_info"] = {"task_id": row["task_id"], "index": index, "method": obj.get("method")}
+            rows.append(row)
+    return rows
+
+
+def write_parquet(rows: list[dict[str, Any]], out: Path) -> str:
+    """Parquet needs one type per field; ground truths mix text and numbers across tasks, so
+    ``reward_spec`` falls back to a JSON string column (the env decodes it) when needed."""
+    import pandas as pd
+    import pyarrow as pa
+
+    frame = pd.DataFrame(rows)
+    try:
+        frame.to_parquet(out, index=False)
+        return "native"
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        frame["reward_spec"] = [json.dumps(spec, ensure_ascii=False) for spec in frame["reward_spec"]]
+        frame.to_parquet(out, index=False)
+        return "json-string reward_spec"
+
+
+def env_extras(row: dict[str, Any]) -> dict[str, Any]:
+    """Everything but ``prompt``/``env_class`` reaches the env, as SkyRL's dataset does it."""
+    return {k: v for k, v in row.items() if k not in ("prompt", "env_class")}

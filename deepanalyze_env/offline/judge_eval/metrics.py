@@ -1,0 +1,234 @@
+"""From samples to a report: ordering accuracy over labelled pairs, per-label means, noise
+across repeats, parse-failure rate, and the CI thresholds."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from deepanalyze_env.offline.judge_eval.fixtures import LABEL_RANK, LABELS, FixtureCase
+from deepanalyze_env.offline.judge_eval.scoring import Sample
+from deepanalyze_env.offline.report import mean as mean_of
+from deepanalyze_env.offline.report import median, quantile
+from rewards.judge import validate_prompts
+from rewards.judges import RUBRIC_OF
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------- metrics
+
+
+def pair_outcome(better: float, worse: float) -> float:
+    """1 when the better-labelled candidate scores higher, 0.5 on a tie, else 0."""
+    if better > worse:
+        return 1.0
+    if better == worse:
+        return 0.5
+    return 0.0
+
+
+def _ordering(pairs: list[dict[str, Any]]) -> float | None:
+    return mean_of([p["outcome"] for p in pairs])
+
+
+def evaluate_cases(
+    cases: Sequence[FixtureCase], samples: Sequence[Sample]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per-case rows (for cases.jsonl) and the aggregate metrics (for report.json).
+
+    A candidate's score is the mean of its scored repeats; candidates without one are left out
+    of means and pairs (and counted). ``score_std_across_repeats`` is the sample standard
+    deviation (n − 1) of each candidate's repeats, averaged over candidates with two or more.
+    """
+    by_key: dict[tuple[str, int], list[Sample]] = {}
+    for sample in samples:
+        by_key.setdefault((sample.case_id, sample.candidate), []).append(sample)
+
+    rows: list[dict[str, Any]] = []
+    all_pairs: list[dict[str, Any]] = []
+    label_scores: dict[str, list[float]] = {label: [] for label in LABELS}
+    judge_stats: dict[str, dict[str, Any]] = {}
+    stds: list[float] = []
+    n_unscored = 0
+    for case in cases:
+        cand_rows = []
+        for index, cand in enumerate(case.candidates):
+            reps = sorted(by_key.get((case.id, index), []), key=lambda s: s.repeat)
+            scores = [s.score for s in reps if s.status == "scored" and s.score is not None]
+            dims = [s.dimensions for s in reps if s.status == "scored" and s.dimensions]
+            mean = mean_of(scores)
+            std = statistics.stdev(scores) if len(scores) >= 2 else None
+            if std is not None:
+                stds.append(std)
+            if mean is None:
+                n_unscored += 1
+            dim_mean = (
+                {
+                    name: sum(d[name] for d in dims) / len(dims)
+                    for name in dims[0]
+                    if all(name in d for d in dims)
+                }
+                if dims
+                else None
+            )
+            cand_rows.append(
+                {
+                    "index": index,
+                    "label": cand.label,
+                    "kind": cand.kind,
+                    "score": mean,
+                    "std": std,
+                    "scores": [s.score for s in reps],
+                    "dimensions": dim_mean,
+                    "samples": [
+                        {
+                            "repeat": s.repeat,
+                            "status": s.status,
+                            "score": s.score,
+                            "dimensions": s.dimensions,
+                            "error": s.error,
+                            "calls": s.calls,
+                        }
+                        for s in reps
+                    ],
+                }
+            )
+        pairs = []
+        for a in cand_rows:
+            for b in cand_rows:
+                if LABEL_RANK[a["label"]] <= LABEL_RANK[b["label"]]:
+                    continue
+                if a["score"] is None or b["score"] is None:
+                    continue
+                pairs.append(
+                    {
+                        "better": a["index"],
+                        "worse": b["index"],
+                        "labels": f"{a['label']}>{b['label']}",
+                        "better_score": a["score"],
+                        "worse_score": b["score"],
+                        "outcome": pair_outcome(a["score"], b["score"]),
+                    }
+                )
+        all_pairs.extend({**p, "case_id": case.id, "judge": case.judge} for p in pairs)
+        stats = judge_stats.setdefault(
+            case.judge,
+            {"n_cases": 0, "labels": {label: [] for label in LABELS}, "pairs": [], "dims": {}},
+        )
+        stats["n_cases"] += 1
+        stats["pairs"].extend(pairs)
+        for row in cand_rows:
+            if row["score"] is None:
+                continue
+            label_scores[row["label"]].append(row["score"])
+            stats["labels"][row["label"]].append(row["score"])
+            if row["dimensions"]:
+                per_label = stats["dims"].setdefault(row["label"], {})
+                for name, value in row["dimensions"].items():
+                    per_label.setdefault(name, []).append(value)
+        rows.append(
+            {
+                "id": case.id,
+                "method": case.method,
+                "judge": case.judge,
+                "task_id": case.task_id,
+                "source": case.source,
+                "ordering_accuracy": _ordering(pairs),
+                "n_pairs": len(pairs),
+                "candidates": cand_rows,
+                "pairs": pairs,
+            }
+        )
+
+    calls = [call for s in samples for call in s.calls]
+    replies = [call for call in calls if call.get("reply") is not None]
+    parse_failures = [call for call in replies if call.get("parse_error")]
+    latencies = [
+        float(c["latency_ms"]) for c in replies if c.get("latency_ms") is not None and not c.get("cached")
+    ]
+    by_pair: dict[str, dict[str, Any]] = {}
+    for better_i, better in enumerate(LABELS):
+        for worse in LABELS[better_i + 1 :]:
+            key = f"{better}>{worse}"
+            chosen = [p for p in all_pairs if p["labels"] == key]
+            by_pair[key] = {"accuracy": _ordering(chosen), "n_pairs": len(chosen)}
+    per_judge = {}
+    for judge, stats in judge_stats.items():
+        per_judge[judge] = {
+            "n_cases": stats["n_cases"],
+            "per_label_mean": {label: mean_of(v) for label, v in stats["labels"].items() if v},
+            "ordering_accuracy": _ordering(stats["pairs"]),
+            "n_pairs": len(stats["pairs"]),
+        }
+        if stats["dims"]:
+            per_judge[judge]["per_dimension_mean"] = {
+                label: {name: mean_of(values) for name, values in dims.items()}
+                for label, dims in stats["dims"].items()
+            }
+    metrics = {
+        "n_cases": len(cases),
+        "n_candidates": sum(len(c.candidates) for c in cases),
+        "n_samples": len(samples),
+        "n_scored": sum(1 for s in samples if s.status == "scored"),
+        "n_unscored_candidates": n_unscored,
+        "n_calls": len(calls),
+        "n_replies": len(replies),
+        "n_cached": sum(1 for c in calls if c.get("cached")),
+        "n_parse_failures": len(parse_failures),
+        "n_call_errors": sum(1 for c in calls if c.get("reply") is None and c.get("error")),
+        "n_other_errors": sum(1 for s in samples if s.status == "error"),
+        "parse_failure_rate": len(parse_failures) / len(replies) if replies else None,
+        "per_label_mean": {label: mean_of(v) for label, v in label_scores.items() if v},
+        "per_label_n": {label: len(v) for label, v in label_scores.items() if v},
+        "ordering_accuracy": _ordering(all_pairs),
+        "n_pairs": len(all_pairs),
+        "ordering_by_pair": by_pair,
+        "score_std_across_repeats": mean_of(stds),
+        "n_std_candidates": len(stds),
+        "latency_ms_p50": median(latencies),
+        "latency_ms_p90": quantile(latencies, 0.9),
+        "per_judge": per_judge,
+    }
+    return rows, metrics
+
+
+def prompt_set(
+    prompt_dir: str | None, cases: Sequence[FixtureCase], samples: Sequence[Sample]
+) -> dict[str, Any]:
+    """Hashes of the rubric prompt files in use: per rubric, and one over the whole set.
+
+    The set hash is what to compare between runs (and with training records): it changes when
+    any rubric file used here changes, and it does not depend on the order cases were read.
+    """
+    rubrics = {RUBRIC_OF[c.judge] for c in cases if c.judge in RUBRIC_OF}
+    hashes = dict(validate_prompts(prompt_dir, tuple(sorted(rubrics)))) if rubrics else {}
+    for sample in samples:  # custom judges: whatever rubrics their calls used
+        for call in sample.calls:
+            hashes.setdefault(call["rubric"], call["prompt_hash"])
+    digest = hashlib.sha256("".join(f"{k}:{hashes[k]}\n" for k in sorted(hashes)).encode()).hexdigest()
+    return {"prompt_hash": digest, "prompt_hashes": dict(sorted(hashes.items())), "prompt_dir": prompt_dir}
+
+
+def check_thresholds(
+    metrics: dict[str, Any], min_ordering: float | None, max_parse_failure: float | None
+) -> dict[str, dict[str, Any]]:
+    """Each requested gate with its value and verdict; a metric that could not be computed fails."""
+    gates: dict[str, dict[str, Any]] = {}
+    if min_ordering is not None:
+        value = metrics["ordering_accuracy"]
+        gates["min_ordering_accuracy"] = {
+            "limit": min_ordering,
+            "value": value,
+            "passed": value is not None and value >= min_ordering,
+        }
+    if max_parse_failure is not None:
+        value = metrics["parse_failure_rate"]
+        gates["max_parse_failure_rate"] = {
+            "limit": max_parse_failure,
+            "value": value,
+            "passed": value is not None and value <= max_parse_failure,
+        }
+    return gates

@@ -1,0 +1,330 @@
+"""Policies that drive episodes outside a trainer (``deepanalyze-rl rollout``).
+
+A policy maps the conversation so far to the next assistant turn. Three kinds:
+
+- ``scripted`` replays the reference trajectories shipped with the tasks (smoke tests, demos,
+  benchmarks — no model);
+- ``openai`` is a teacher behind any OpenAI-compatible endpoint (vLLM, SGLang, OpenAI), one
+  assistant turn per call, stopped at ``</Code>``/``</Answer>``; servers do not return the
+  stop string, so it is put back, and token usage is reported for the record;
+- ``transformers`` runs a local model (default: the embedded SmolLM2) with the same stop strings.
+
+Policies are called from several threads at once (``--concurrency``); each keeps its own
+thread-safety (the HTTP client is thread-safe, a local model generates under a lock).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from deepanalyze_env.core import protocol
+from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.tasks import read_jsonl
+
+log = logging.getLogger(__name__)
+
+LAYOUTS = ("chat", "continue")
+
+
+@dataclass
+class TurnContext:
+    """What a policy may look at for one turn."""
+
+    episode_id: str
+    task_id: str
+    label: str | None
+    turn: int
+    messages: list[dict[str, str]]  # the prompt, then assistant turns and observations so far
+    prompt_len: int  # how many leading messages are the prompt
+
+    @property
+    def seed(self) -> int:
+        """Per (episode, turn): a resumed run samples exactly what an uninterrupted one would."""
+        digest = hashlib.sha256(f"{self.episode_id}/{self.turn}".encode()).digest()
+        return int.from_bytes(digest[:4], "little")
+
+
+@dataclass
+class PolicyTurn:
+    text: str
+    usage: dict[str, int] | None = None  # {"prompt_tokens", "completion_tokens"} when known
+    finish_reason: str | None = None
+
+
+class PolicyError(RuntimeError):
+    """The policy could not produce a turn (endpoint down, model failure): the episode is dropped,
+    not recorded, so a teacher outage never becomes training data; ``--resume`` retries it."""
+
+
+class Policy(Protocol):
+    name: str
+    policy_id: str
+
+    def act(self, ctx: TurnContext) -> PolicyTurn: ...
+
+
+def close_open_tag(text: str, stop_hint: str | None = None) -> str:
+    """Put back the stop string a server swallowed.
+
+    ``stop_hint`` is the matched stop string when the server says (vLLM's ``stop_reason``);
+    otherwise the tag to close is the one left open: an ``<Answer>`` without ``</Answer>``
+    wins over an open ``<Code>``, matching the env's truncation. Text that already ends its
+    block (servers that include the stop string) is returned unchanged.
+    """
+    if stop_hint in protocol.STOP_TAGS:
+        return text if text.endswith(stop_hint) else text + stop_hint
+    for open_tag, close_tag in (("<Answer>", protocol.ANSWER_CLOSE), ("<Code>", protocol.CODE_CLOSE)):
+        start = text.rfind(open_tag)
+        if start >= 0 and close_tag not in text[start:]:
+            return text + close_tag
+    return text
+
+
+def continue_layout(messages: list[dict[str, str]], prompt_len: int) -> list[dict[str, str]]:
+    """DeepAnalyze's token layout: the episode so far as one assistant message to be continued."""
+    head = [dict(m) for m in messages[:prompt_len]]
+    body = "".join(m["content"] for m in messages[prompt_len:])
+    return [*head, {"role": "assistant", "content": body}] if body else head
+
+
+# ---------------------------------------------------------------------------- scripted
+
+
+@dataclass
+class ScriptedPolicy:
+    """Replays ``trajectories.jsonl`` lines ``{"task_id", "label", "turns": [...]}``."""
+
+    scripts: dict[tuple[str, str], list[str]]
+    name: str = "scripted"
+    policy_id: str = "scripted"
+
+    @classmethod
+    def from_files(cls, paths: Iterable[str | Path]) -> ScriptedPolicy:
+        scripts: dict[tuple[str, str], list[str]] = {}
+        for path in paths:
+            for line in read_jsonl(path):
+                scripts[(line["task_id"], line.get("label", "good"))] = list(line["turns"])
+        if not scripts:
+            raise ConfigError("no scripted trajectories found")
+        return cls(scripts)
+
+    def labels_for(self, task_id: str) -> list[str]:
+        return sorted(label for (tid, label) in self.scripts if tid == task_id)
+
+    def act(self, ctx: TurnContext) -> PolicyTurn:
+        script = self.scripts.get((ctx.task_id, ctx.label or "good"))
+        if script is None:
+            raise ConfigError(f"no scripted trajectory for task {ctx.task_id!r} label {ctx.label!r}")
+        # Past the end of its script the policy says nothing; the env's max_turns ends it.
+        return PolicyTurn(script[ctx.turn] if ctx.turn < len(script) else "")
+
+
+# ---------------------------------------------------------------------------- openai
+
+
+@dataclass
+class OpenAIPolicy:
+    """A teacher behind an OpenAI-compatible chat-completions endpoint.
+
+    ``layout="chat"`` sends the conversation as the env keeps it (observations as user turns),
+    which any endpoint accepts; ``"continue"`` sends the episode as one assistant message to be
+    continued (vLLM's ``continue_final_message``), the layout DeepAnalyze models were trained on.
+    """
+
+    model: str
+    base_url: str | None = None
+    api_key: str | None = None
+    temperature: float = 0.0
+    max_tokens: int = 4096
+    timeout_s: float = 600.0
+    max_retries: int = 3
+    layout: str = "chat"
+    name: str = "openai"
+    _client: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"policy layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        import openai
+
+        # The openai client is thread-safe (one httpx pool) and owns retries with backoff.
+        self._client = openai.OpenAI(
+            base_url=self.base_url,
+            api_key=self.api_key or "EMPTY",
+            timeout=self.timeout_s,
+            max_retries=self.max_retries,
+        )
+
+    @property
+    def policy_id(self) -> str:
+        return f"openai:{self.model}"
+
+    def act(self, ctx: TurnContext) -> PolicyTurn:
+        import openai
+
+        messages: list[dict[str, str]] = [dict(m) for m in ctx.messages]
+        extra: dict[str, Any] = {}
+        if self.layout == "continue" and ctx.turn > 0:
+            messages = continue_layout(ctx.messages, ctx.prompt_len)
+            extra["extra_body"] = {"continue_final_message": True, "add_generation_prompt": False}
+        try:
+            response = self._client.chat.completions.create(
+                model=self.model,
+                messages=messages,
+                temperature=self.temperature,
+                max_tokens=self.max_tokens,
+                stop=list(protocol.STOP_TAGS),
+                seed=ctx.seed,
+                **extra,
+            )
+        except openai.OpenAIError as exc:
+            raise PolicyError(f"openai policy {self.model!r} at {self.base_url}: {exc}") from None
+        if not response.choices:
+            raise PolicyError(f"openai policy {self.model!r}: the response has no choices")
+        choice = response.choices[0]
+        text = choice.message.content or ""
+        finish = choice.finish_reason
+        if finish == "stop":
+            hint = (choice.model_extra or {}).get("stop_reason")
+            text = close_open_tag(text, hint if isinstance(hint, str) else None)
+        usage = None
+        if response.usage is not None:
+            usage = {
+                "prompt_tokens": int(response.usage.prompt_tokens or 0),
+                "completion_tokens": int(response.usage.completion_tokens or 0),
+            }
+        return PolicyTurn(text, usage, finish)
+
+
+# ---------------------------------------------------------------------------- transformers
+
+
+@dataclass
+class TransformersPolicy:
+    """A local causal LM (``embedded:NAME`` or a path/hub id), generating under one lock.
+
+    The default ``layout="continue"`` renders the prompt with the chat template and appends the
+    episode's turns and observations as raw text — the token layout the TRL and SkyRL recipes
+    train with (DESIGN, token layout) — so a rollout sees what training would.
+    """
+
+    model: str = "embedded:smollm2"
+    temperature: float = 0.0
+    max_tokens: int = 512
+    layout: str = "continue"
+    device: str | None = None
+    name: str = "transformers"
+    _tok: Any = field(default=None, repr=False)
+    _model: Any = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"policy layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as exc:
+            raise ConfigError(f"--policy transformers needs the trl extra: pip install -e '.[trl]' ({exc})")
+        from deepanalyze_env.core.models import resolve_model
+
+        try:
+            path = resolve_model(self.model)
+            self._tok = AutoTokenizer.from_pretrained(path)
+            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self._model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=torch.float32 if device == "cpu" else "auto"
+            ).to(device)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--policy-model {self.model}: cannot load the model: {exc}")
+        self._model.eval()
+        self.device = device
+
+    @property
+    def policy_id(self) -> str:
+        return f"transformers:{self.model}"
+
+    def _prompt_ids(self, ctx: TurnContext) -> list[int]:
+        tok = self._tok
+        if self.layout == "chat":
+            ids = tok.apply_chat_template(ctx.messages, add_generation_prompt=True, tokenize=True)
+        else:
+            ids = tok.apply_chat_template(
+                ctx.messages[: ctx.prompt_len], add_generation_prompt=True, tokenize=True
+            )
+            if hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            body = "".join(m["content"] for m in ctx.messages[ctx.prompt_len :])
+            ids = list(ids) + (tok.encode(body, add_special_tokens=False) if body else [])
+        if hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return list(ids)
+
+    def act(self, ctx: TurnContext) -> PolicyTurn:
+        import torch
+
+        ids = self._prompt_ids(ctx)
+        sample = self.temperature > 0
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": self.max_tokens,
+            "do_sample": sample,
+            "stop_strings": list(protocol.STOP_TAGS),
+            "tokenizer": self._tok,
+            "pad_token_id": self._tok.pad_token_id
+            if self._tok.pad_token_id is not None
+            else self._tok.eos_token_id,
+        }
+        if sample:
+            kwargs["temperature"] = self.temperature
+        else:  # silence "generation flags are not valid" warnings from the model's sampling defaults
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        try:
+            with self._lock, torch.no_grad():
+                torch.manual_seed(ctx.seed)
+                inputs = torch.tensor([ids], device=self.device)
+                out = self._model.generate(inputs, attention_mask=torch.ones_like(inputs), **kwargs)
+        except RuntimeError as exc:
+            raise PolicyError(f"transformers policy {self.model}: generation failed: {exc}") from None
+        new = out[0, len(ids) :].tolist()
+        text = protocol.truncate_action(self._tok.decode(new, skip_special_tokens=True))
+        finish = "length" if len(new) >= self.max_tokens else "stop"
+        return PolicyTurn(text, {"prompt_tokens": len(ids), "completion_tokens": len(new)}, finish)
+
+
+# ---------------------------------------------------------------------------- construction
+
+
+def make_policy(kind: str, **options: Any) -> Any:
+    """Build a policy from command-line options (``None`` values mean "the policy's default")."""
+    options = {k: v for k, v in options.items() if v is not None}
+    if kind == "scripted":
+        return ScriptedPolicy.from_files(options["trajectories"])
+    if kind == "openai":
+        if not options.get("model"):
+            raise ConfigError("--policy openai needs --policy-model (the served model's name)")
+        if not options.get("base_url") and not options.get("api_key"):
+            raise ConfigError(
+                "--policy openai needs --policy-base-url (an OpenAI-compatible endpoint) or an API key "
+                "in the variable named by --policy-api-key-env"
+            )
+        known = (
+            "model",
+            "base_url",
+            "api_key",
+            "temperature",
+            "max_tokens",
+            "timeout_s",
+            "max_retries",
+            "layout",
+        )
+        return OpenAIPolicy(**{k: options[k] for k in known if k in options})
+    if kind == "transformers":
+        known = ("model", "temperature", "max_tokens", "layout", "device")
+        return TransformersPolicy(**{k: options[k] for k in known if k in options})
+    raise ConfigError(f"unknown policy {kind!r}; use scripted, openai or transformers")

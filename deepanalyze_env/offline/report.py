@@ -1,0 +1,102 @@
+"""Report helpers shared by ``stats``, ``judge-eval``, ``rescore``, ``rollout`` and the trainers'
+summaries: number formatting, quantiles and distributions, and the one progress-bar style.
+
+Example::
+
+    from deepanalyze_env.offline.report import distribution, fmt, progress_bar
+
+    with progress_bar("rollout", total=len(jobs), console=console) as (progress, bar):
+        for job in jobs:
+            run(job)
+            progress.update(bar, advance=1, info=f"mean {fmt(distribution(rewards).get('mean'))}")
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+DASH = "–"  # what a missing number prints as
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A number for a table: ``digits`` decimals for floats, ``–`` for None/NaN, else ``str``."""
+    if value is None:
+        return DASH
+    if isinstance(value, float):
+        return DASH if math.isnan(value) else f"{value:.{digits}f}"
+    return str(value)
+
+
+def pct(value: float | None, digits: int = 1) -> str:
+    """A rate as a percentage (``0.125`` → ``12.5%``); ``–`` for None."""
+    return DASH if value is None else f"{100 * value:.{digits}f}%"
+
+
+def rate(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    low, high = math.floor(pos), math.ceil(pos)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def median(values: Sequence[float]) -> float | None:
+    return quantile(values, 0.5)
+
+
+def distribution(values: Sequence[float]) -> dict[str, Any]:
+    """n, mean, population std, min, p50, p90, max; ``{"n": 0}`` for no values."""
+    if not values:
+        return {"n": 0}
+    m = sum(values) / len(values)
+    return {
+        "n": len(values),
+        "mean": float(m),
+        "std": float(math.sqrt(sum((v - m) ** 2 for v in values) / len(values))),
+        "min": float(min(values)),
+        "p50": float(quantile(values, 0.5)),  # type: ignore[arg-type]
+        "p90": float(quantile(values, 0.9)),  # type: ignore[arg-type]
+        "max": float(max(values)),
+    }
+
+
+@contextmanager
+def progress_bar(
+    label: str, total: int, console: Console | None = None, *, completed: int = 0, eta: bool = False
+) -> Iterator[tuple[Progress, TaskID]]:
+    """The project's progress bar: label, bar, done/total, elapsed (and ETA), then an ``info`` field."""
+    columns: list[Any] = [
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    ]
+    if eta:
+        columns += [TextColumn("eta"), TimeRemainingColumn()]
+    columns.append(TextColumn("{task.fields[info]}"))
+    with Progress(*columns, console=console, transient=False) as progress:
+        yield progress, progress.add_task(label, total=total, completed=completed, info="")

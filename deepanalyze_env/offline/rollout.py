@@ -1,0 +1,225 @@
+"""Run whole episodes outside a trainer: jobs with deterministic ids, the step loop, a thread pool.
+
+The env writes each finished episode's record on ``close()`` (one ``O_APPEND`` write), so a
+run killed at any moment loses only the episodes in flight. An episode the policy could not
+finish (teacher endpoint down, Ctrl-C) is closed *without* a record: a half episode is not data,
+and leaving it out lets ``--resume`` run it again under the same id, with no duplicate.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.env import DeepAnalyzeEnv
+from deepanalyze_env.core.records import episode_id
+from deepanalyze_env.core.tasks import env_extras
+from deepanalyze_env.offline.policies import Policy, PolicyError, PolicyTurn, TurnContext
+
+log = logging.getLogger(__name__)
+
+
+class Interrupted(Exception):
+    """The run is stopping (Ctrl-C); the episode was abandoned between turns."""
+
+
+@dataclass(frozen=True)
+class EpisodeJob:
+    row: dict[str, Any]
+    task_index: int
+    sample_index: int
+    episode_id: str
+    label: str | None = None
+
+    @property
+    def task_id(self) -> str:
+        return str(self.row.get("task_id") or f"task-{self.task_index}")
+
+
+@dataclass
+class EpisodeResult:
+    task_id: str
+    label: str | None
+    reward: float | None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    seconds: float = 0.0
+    episode_id: str | None = None
+    failure: str | None = None  # "config_error" | "policy_error" | "interrupted" when not finished
+
+    @property
+    def status(self) -> str:
+        if self.failure:
+            return self.failure
+        return self.metadata.get("reward_status", "unfinished")
+
+    @property
+    def finished(self) -> bool:
+        return self.failure is None
+
+
+def plan_jobs(
+    rows: Sequence[dict[str, Any]],
+    run_id: str,
+    samples: int,
+    labels_for: Callable[[str], Sequence[str | None]] | None = None,
+) -> list[EpisodeJob]:
+    """Every (task, sample) of a run, in order. ``labels_for(task_id)`` (scripted policy) makes
+    one sample per label and repeat; sample indices count within a task, so ids stay stable."""
+    jobs = []
+    for t, row in enumerate(rows):
+        labels: Sequence[str | None] = labels_for(str(row.get("task_id"))) if labels_for else [None]
+        s = 0
+        for label in labels:
+            for _ in range(samples):
+                jobs.append(EpisodeJob(row, t, s, episode_id(run_id, t, s), label))
+                s += 1
+    return jobs
+
+
+def _add_usage(total: dict[str, Any], turn: PolicyTurn) -> None:
+    entry = None
+    if turn.usage is not None or turn.finish_reason is not None:
+        entry = {**(turn.usage or {}), "finish_reason": turn.finish_reason}
+    total["per_turn"].append(entry)
+    if turn.usage:
+        for key in ("prompt_tokens", "completion_tokens"):
+            total[key] = total.get(key, 0) + int(turn.usage.get(key, 0))
+
+
+def run_episode(
+    env_config: dict[str, Any],
+    job: EpisodeJob | dict[str, Any],
+    policy: Policy,
+    label: str | None = None,
+    *,
+    stop: threading.Event | None = None,
+) -> EpisodeResult:
+    """One episode from ``init`` to the final step; the record is written by ``env.close()``.
+
+    ``job`` may be a bare dataset row (then the env picks a random episode id).
+    """
+    if not isinstance(job, EpisodeJob):
+        job = EpisodeJob(job, 0, 0, "", label)
+    start = time.monotonic()
+    extras = env_extras(job.row)
+    if job.episode_id:
+        extras["episode_id"] = job.episode_id
+    config = dict(env_config)
+    config.setdefault("policy_id", policy.policy_id + (f":{job.label}" if job.label else ""))
+    try:
+        env = DeepAnalyzeEnv(env_config=config, extras=extras)
+    except ConfigError as exc:
+        return EpisodeResult(
+            job.task_id, job.label, None, error=str(exc), episode_id=job.episode_id, failure="config_error"
+        )
+    finished = False
+    usage: dict[str, Any] = {"per_turn": []}
+    policy_s = 0.0
+    try:
+        messages, _ = env.init(job.row["prompt"])
+        prompt_len = len(messages)
+        turn = 0
+        while True:
+            if stop is not None and stop.is_set():
+                raise Interrupted()
+            ctx = TurnContext(job.episode_id, job.task_id, job.label, turn, list(messages), prompt_len)
+            t0 = time.monotonic()
+            action = policy.act(ctx)
+            policy_s += time.monotonic() - t0
+            if isinstance(action, str):
+                action = PolicyTurn(action)
+            _add_usage(usage, action)
+            out = env.step(action.text)
+            kept = out["postprocessed_action"]  # None: the action was kept whole
+            messages = [*messages, {"role": "assistant", "content": action.text if kept is None else kept}]
+            messages.extend(out["observations"])
+            turn += 1
+            if out["done"]:
+                finished = True
+                if any(u is not None for u in usage["per_turn"]):
+                    env.extras["usage"] = usage
+                env.timings["policy_ms"] = policy_s * 1000.0
+                env.timings["episode_ms"] = (time.monotonic() - start) * 1000.0
+                return EpisodeResult(
+                    job.task_id,
+                    job.label,
+                    out["reward"],
+                    dict(out["metadata"]),
+                    seconds=time.monotonic() - start,
+                    episode_id=job.episode_id,
+                )
+    except Interrupted:
+        return EpisodeResult(job.task_id, job.label, None, episode_id=job.episode_id, failure="interrupted")
+    except (PolicyError, ConfigError) as exc:
+        log.warning("episode %s (%s) dropped: %s", job.episode_id, job.task_id, exc)
+        kind = "policy_error" if isinstance(exc, PolicyError) else "config_error"
+        return EpisodeResult(
+            job.task_id, job.label, None, error=str(exc), episode_id=job.episode_id, failure=kind
+        )
+    except Exception as exc:  # a policy bug must cost one episode, not the run
+        log.exception("episode %s (%s) dropped: the policy raised", job.episode_id, job.task_id)
+        return EpisodeResult(
+            job.task_id,
+            job.label,
+            None,
+            error=f"{type(exc).__name__}: {exc}",
+            episode_id=job.episode_id,
+            failure="policy_error",
+        )
+    finally:
+        env.close(record=finished)
+
+
+def run_jobs(
+    jobs: Iterable[EpisodeJob],
+    env_config: dict[str, Any],
+    policy: Policy,
+    *,
+    concurrency: int = 1,
+    on_result: Callable[[EpisodeResult], None] | None = None,
+    stop: threading.Event | None = None,
+) -> list[EpisodeResult]:
+    """Run ``jobs`` with up to ``concurrency`` episodes in flight; results in completion order.
+
+    Jobs are submitted only as slots free up, so on ``stop`` (or Ctrl-C in the calling thread,
+    which sets it) nothing new starts and episodes in flight end at their next turn boundary.
+    """
+    stop = stop or threading.Event()
+    results: list[EpisodeResult] = []
+    pending = iter(jobs)
+    in_flight: set[Future] = set()
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="episode")
+
+    def fill() -> None:
+        while len(in_flight) < max(1, concurrency) and not stop.is_set():
+            job = next(pending, None)
+            if job is None:
+                return
+            in_flight.add(pool.submit(run_episode, env_config, job, policy, stop=stop))
+
+    try:
+        fill()
+        while in_flight:
+            done, _ = wait(in_flight, timeout=0.5, return_when=FIRST_COMPLETED)
+            for fut in done:
+                in_flight.discard(fut)
+                result = fut.result()
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
+            fill()
+    except BaseException:
+        stop.set()
+        for fut in in_flight:
+            fut.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return results

@@ -1,0 +1,185 @@
+"""A ``rollout`` run folder: its manifest, resuming without duplicates or gaps, derived views.
+
+Layout of ``--out DIR``::
+
+    run.json                      what the run is (id, tasks, samples, policy) — checked on --resume
+    records/episodes-<host>-<pid>.jsonl   written by the env, one line per finished episode
+    episodes.jsonl                every episode, in task/sample order (rebuilt at the end of a run)
+    kept.jsonl                    the episodes ``--keep`` selects, same order (for SFT)
+    rescored-<timestamp>.jsonl    written later by ``rescore``; never replaces the above
+
+The per-process files are the source of truth (a killed run has nothing else); the ordered
+views are rebuilt from them atomically, so they are never half written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deepanalyze_env.core.records import (
+    EPISODES_FILE,
+    RECORDS_SUBDIR,
+    package_version,
+    raw_record_files,
+    repair_torn_tail,
+    task_hash,
+)
+from deepanalyze_env.core.tasks import env_extras
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "run.json"
+KEPT_FILE = "kept.jsonl"
+# Settings a resumed run must share with the run it finishes (else ids would mean other episodes).
+PINNED = ("task_fingerprint", "samples", "labels", "policy")
+
+
+class RunDirError(ValueError):
+    """The folder cannot hold (or resume) this run; the message says what to do."""
+
+
+def task_fingerprint(rows: Sequence[dict[str, Any]]) -> str:
+    items = [[str(r.get("task_id")), task_hash(env_extras(r)), r.get("prompt")] for r in rows]
+    return hashlib.sha256(json.dumps(items, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class RunDir:
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def run_id(self) -> str:
+        return str(self.manifest["run_id"])
+
+    @property
+    def records_dir(self) -> Path:
+        return self.path / RECORDS_SUBDIR
+
+    @classmethod
+    def open(
+        cls, path: str | Path, settings: dict[str, Any], *, resume: bool, run_id: str | None = None
+    ) -> RunDir:
+        """Start a new run in ``path`` or (``resume``) reopen the one there, checking it matches."""
+        path = Path(path)
+        manifest_path = path / MANIFEST
+        if manifest_path.is_file():
+            manifest = json.loads(manifest_path.read_text())
+            if not resume:
+                raise RunDirError(
+                    f"{path} already holds run {manifest.get('run_id')}; pass --resume to finish it "
+                    "or choose another --out"
+                )
+            for key in PINNED:
+                if manifest.get(key) != settings.get(key):
+                    raise RunDirError(
+                        f"--resume: this command's {key} differs from the run in {path} "
+                        f"({settings.get(key)!r} vs {manifest.get(key)!r}); resume with the same "
+                        "tasks, samples, labels and policy, or choose another --out"
+                    )
+            if settings.get("keep") is not None:
+                manifest["keep"] = settings["keep"]
+            manifest["resumed"] = [*manifest.get("resumed", []), _now()]
+            run = cls(path, manifest)
+            run.save()
+            return run
+        if resume:
+            raise RunDirError(f"--resume: {path} holds no run to resume ({MANIFEST} is missing)")
+        if raw_record_files(path) or (path / EPISODES_FILE).exists():
+            raise RunDirError(f"{path} already holds episode records; choose another --out")
+        path.mkdir(parents=True, exist_ok=True)
+        manifest = {
+            "run_id": run_id or f"r{time.strftime('%Y%m%d')}-{secrets.token_hex(3)}",
+            "created": _now(),
+            "package": package_version(),
+            **settings,
+        }
+        run = cls(path, manifest)
+        run.save()
+        return run
+
+    def save(self) -> None:
+        tmp = self.path / f".{MANIFEST}.tmp"
+        tmp.write_text(json.dumps(self.manifest, indent=2, ensure_ascii=False, default=str) + "\n")
+        tmp.replace(self.path / MANIFEST)
+
+    def repair(self) -> int:
+        """Cut torn last lines off the per-process files (a writer killed mid-line); bytes removed."""
+        return sum(repair_torn_tail(p) for p in raw_record_files(self.path) if p.parent == self.records_dir)
+
+    def existing_ids(self) -> set[str]:
+        return set(self._index())
+
+    def _index(self, keep: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, _Line]:
+        """Where each episode's line is (last copy wins), without holding the records in memory:
+        a long teacher run has more record bytes than a machine has RAM."""
+        index: dict[str, _Line] = {}
+        for source in sorted(self.records_dir.glob("episodes-*.jsonl")):
+            with open(source, "rb") as fh:
+                offset = 0
+                for raw in fh:
+                    if raw.endswith(b"\n") and raw.strip():  # a torn tail is not an episode
+                        try:
+                            record = json.loads(raw)
+                        except ValueError:
+                            raise RunDirError(f"{source}: the line at byte {offset} is not valid JSON")
+                        kept = keep(record) if keep is not None else False
+                        index[str(record.get("episode_id"))] = _Line(source, offset, len(raw), kept)
+                    offset += len(raw)
+        return index
+
+    def consolidate(
+        self, order: Sequence[str], keep: Callable[[dict[str, Any]], bool] | None = None
+    ) -> tuple[int, int | None]:
+        """Rebuild ``episodes.jsonl`` (and ``kept.jsonl``) in job order; returns their sizes.
+
+        Lines are copied byte for byte. An id written twice (only possible if two processes ran
+        one --out at once) keeps its last copy, so the views never hold a duplicate.
+        """
+        index = self._index(keep)
+        position = {eid: i for i, eid in enumerate(order)}
+        ids = sorted(index, key=lambda eid: position.get(eid, len(position)))
+        n = _copy_lines(self.path / EPISODES_FILE, [index[i] for i in ids])
+        kept = None
+        if keep is not None:
+            kept = _copy_lines(self.path / KEPT_FILE, [index[i] for i in ids if index[i].kept])
+        return n, kept
+
+
+@dataclass(frozen=True)
+class _Line:
+    path: Path
+    offset: int
+    length: int
+    kept: bool
+
+
+def _copy_lines(target: Path, lines: Sequence[_Line]) -> int:
+    """Write ``lines`` (copied from their files) to ``target`` atomically (temp file + rename)."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    handles: dict[Path, Any] = {}
+    try:
+        with open(tmp, "wb") as out:
+            for line in lines:
+                fh = handles.get(line.path) or handles.setdefault(line.path, open(line.path, "rb"))  # noqa: SIM115
+                fh.seek(line.offset)
+                out.write(fh.read(line.length))
+        os.replace(tmp, target)
+    finally:
+        for fh in handles.values():
+            fh.close()
+        tmp.unlink(missing_ok=True)
+    return len(lines)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")

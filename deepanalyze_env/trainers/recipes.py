@@ -1,0 +1,103 @@
+"""Recipe files (DESIGN contract 7): YAML with ``backend``, ``output_dir``, ``max_steps``,
+``model``, ``data``, ``env``, ``rollout``, ``trl``, ``skyrl``; ``key=value`` overrides on top.
+
+Overrides use dotted keys (``env.judge.base_url=http://…``) and YAML scalars (``max_steps=2``).
+Top-level keys are checked here; ``env`` is checked by ``EnvConfig`` and ``trl`` by
+``GRPOConfig`` itself, so a typo anywhere is an error naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deepanalyze_env.core.config import ConfigError, EnvConfig
+
+TOP_LEVEL = ("backend", "output_dir", "max_steps", "model", "data", "env", "rollout", "trl", "skyrl")
+ROLLOUT_KEYS = ("max_turn_tokens", "score_truncated", "env_workers")
+BACKENDS = ("trl", "skyrl")
+
+
+@dataclass
+class Recipe:
+    backend: str
+    output_dir: str
+    max_steps: int
+    model: str
+    data: list[str]
+    env: dict[str, Any] = field(default_factory=dict)
+    rollout: dict[str, Any] = field(default_factory=dict)
+    trl: dict[str, Any] = field(default_factory=dict)
+    skyrl: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+
+def apply_override(tree: dict[str, Any], assignment: str) -> None:
+    if "=" not in assignment:
+        raise ConfigError(f"override {assignment!r} must look like key=value (e.g. max_steps=2)")
+    dotted, _, raw = assignment.partition("=")
+    keys = [k for k in dotted.strip().split(".") if k]
+    if not keys:
+        raise ConfigError(f"override {assignment!r} has an empty key")
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    if isinstance(value, str):  # YAML 1.1 reads "1e-5" as text; on a command line it means a number
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    node = tree
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {dotted}: {key} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"recipe file not found: {path}")
+    tree = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path}: a recipe is a mapping at the top level")
+    for assignment in overrides or []:
+        apply_override(tree, assignment)
+    unknown = [k for k in tree if k not in TOP_LEVEL]
+    if unknown:
+        raise ConfigError(f"{path}: unknown recipe key {unknown[0]!r} (known: {', '.join(TOP_LEVEL)})")
+    missing = [k for k in ("backend", "output_dir", "model", "data") if k not in tree]
+    if missing:
+        raise ConfigError(f"{path}: recipe key {missing[0]!r} is required")
+    if tree["backend"] not in BACKENDS:
+        raise ConfigError(f"{path}: backend must be one of {', '.join(BACKENDS)}, got {tree['backend']!r}")
+    data = tree["data"]
+    data = [data] if isinstance(data, str) else list(data)
+    for section in ("env", "rollout", "trl", "skyrl"):
+        if not isinstance(tree.get(section) or {}, dict):
+            raise ConfigError(f"{path}: {section} must be a mapping")
+    rollout = dict(tree.get("rollout") or {})
+    bad = [k for k in rollout if k not in ROLLOUT_KEYS]
+    if bad:
+        raise ConfigError(f"{path}: unknown key rollout.{bad[0]} (known: {', '.join(ROLLOUT_KEYS)})")
+    env = dict(tree.get("env") or {})
+    EnvConfig.from_any(env)
+    try:
+        max_steps = int(tree.get("max_steps", -1))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path}: max_steps must be an integer")
+    return Recipe(
+        backend=tree["backend"],
+        output_dir=str(tree["output_dir"]),
+        max_steps=max_steps,
+        model=str(tree["model"]),
+        data=[str(d) for d in data],
+        env=env,
+        rollout=rollout,
+        trl=dict(tree.get("trl") or {}),
+        skyrl=dict(tree.get("skyrl") or {}),
+        source=str(path),
+    )

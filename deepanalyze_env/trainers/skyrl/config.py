@@ -1,0 +1,171 @@
+"""SkyRL 0.4's config tree, extended (by subclassing, as SkyRL asks) with our two sections.
+
+- ``environment.skyrl_gym.deepanalyze``: the env config (DESIGN contract 2), so
+  ``environment.skyrl_gym.deepanalyze.judge.base_url=…`` works on the command line. SkyRL's
+  generator hands this object to ``skyrl_gym.make`` as ``env_config``.
+- ``deepanalyze``: options of the SkyRL adapter itself (what the recipe's ``rollout:`` holds).
+
+Our defaults go in *before* the user's overrides, so anything here can be overridden; they
+are the settings this env needs (DESIGN "Token layout", contract 3) and SkyRL's own defaults
+would get wrong (``max_turns`` 1, gsm8k env class, conversation-style observations).
+"""
+
+# No `from __future__ import annotations` in this module: SkyRL's config builder resolves field
+# types as classes, and string annotations would make it skip our nested sections.
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+from skyrl.train.config import (
+    BaseConfig,
+    EnvironmentConfig,
+    SkyRLGymConfig,
+    SkyRLTrainConfig,
+)
+
+from deepanalyze_env.core import protocol
+from deepanalyze_env.core.config import ConfigError, EnvConfig
+
+ENV_SECTION = "environment.skyrl_gym.deepanalyze"
+ESTIMATOR = "deepanalyze_grpo"
+STOP = list(protocol.STOP_TAGS)
+
+# Applied under the user's overrides (theirs win). Each is something the env relies on.
+DEFAULTS: dict[str, Any] = {
+    "environment.env_class": "deepanalyze",
+    "generator.max_turns": 30,  # DeepAnalyze's turn limit; SkyRL's default is 1
+    "generator.use_conversation_multi_turn": False,  # observations as raw text in one assistant turn
+    "generator.sampling_params.stop": STOP,  # a turn ends at the tag that completes an action
+    "generator.apply_overlong_filtering": True,  # contract 3: length-cut episodes stay out of the loss
+    "trainer.algorithm.advantage_estimator": ESTIMATOR,  # infra failures out of the gradient
+    "trainer.logger": "console",  # SkyRL defaults to wandb, which refuses to start without a key
+    "data.val_data": [],  # SkyRL defaults to a gsm8k file; evaluation is opt-in here
+    # DeepAnalyze's lengths (SkyRL's defaults, 512/512/1024, cannot hold one task prompt)
+    "trainer.max_prompt_length": 8000,
+    "generator.max_input_length": 32768,
+    "generator.sampling_params.max_generate_length": 32768,
+}
+
+
+@dataclass
+class DeepAnalyzeGymConfig(SkyRLGymConfig):
+    deepanalyze: EnvConfig = field(default_factory=EnvConfig)
+
+
+@dataclass
+class DeepAnalyzeEnvironmentConfig(EnvironmentConfig):
+    env_class: str = "deepanalyze"
+    skyrl_gym: DeepAnalyzeGymConfig = field(default_factory=DeepAnalyzeGymConfig)
+
+
+@dataclass
+class AdapterConfig(BaseConfig):
+    score_truncated: bool = False
+    """Episodes the trainer stopped for length (the env never said done): False keeps them out of
+    the loss and the baseline (DESIGN contract 3); True trains on them as a failed gate (−1.0)."""
+
+
+@dataclass
+class DeepAnalyzeSkyRLConfig(SkyRLTrainConfig):
+    environment: DeepAnalyzeEnvironmentConfig = field(default_factory=DeepAnalyzeEnvironmentConfig)
+    deepanalyze: AdapterConfig = field(default_factory=AdapterConfig)
+
+
+def _dotlist(overrides: list[str] | dict[str, Any]) -> list[str]:
+    from skyrl.train.config.config import overrides_dict_to_dotlist
+
+    if isinstance(overrides, dict):
+        return overrides_dict_to_dotlist(overrides)
+    bad = [a for a in overrides if "=" not in a]
+    if bad:
+        raise ConfigError(f"argument {bad[0]!r} must look like key.path=value")
+    return list(overrides)
+
+
+def parse_config(overrides: list[str] | dict[str, Any]) -> DeepAnalyzeSkyRLConfig:
+    """Defaults, then ``overrides`` (``key.path=value`` strings or a dotted dict), validated.
+
+    Our env section is checked first with the env's own strict rules so that a typo deep inside
+    it (``…deepanalyze.judge.bse_url``) is reported with its full dotted path; everything else is
+    SkyRL's strict dataclass validation. Errors are ``ConfigError`` with one line.
+    """
+    user = _dotlist(overrides)
+    dotlist = _dotlist(DEFAULTS) + user
+    env_raw = OmegaConf.select(OmegaConf.from_cli(dotlist), ENV_SECTION)
+    if env_raw is not None and not OmegaConf.is_dict(env_raw):
+        raise ConfigError(f"{ENV_SECTION} must be a mapping")
+    env = EnvConfig.from_any(env_raw, path=ENV_SECTION)
+    try:
+        cfg = DeepAnalyzeSkyRLConfig.from_cli_overrides(dotlist)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"SkyRL config: {exc}") from exc
+    # SkyRL's builder leaves our section's nested parts as dicts; the env gets the typed one
+    cfg.environment.skyrl_gym.deepanalyze = absolute_paths(env)
+    cfg.data.train_data = [_absolute_data(d) for d in cfg.data.train_data]
+    model = Path(cfg.trainer.policy.model.path).expanduser()
+    if model.exists():  # a local folder; a hub name stays as it is
+        cfg.trainer.policy.model.path = str(model.resolve())
+    cfg.data.val_data = [_absolute_data(d) for d in cfg.data.val_data or []]
+    _one_turn_limit(cfg, user)
+    # SkyRL builds eval_sampling_params without stop strings; eval turns must end at the tags too
+    if cfg.generator.eval_sampling_params is not None and cfg.generator.eval_sampling_params.stop is None:
+        cfg.generator.eval_sampling_params.stop = list(cfg.generator.sampling_params.stop or [])
+    if cfg.deepanalyze.score_truncated and cfg.generator.apply_overlong_filtering:
+        raise ConfigError(
+            "deepanalyze.score_truncated=true needs generator.apply_overlong_filtering=false "
+            "(the filter would mask those episodes before they could be scored)"
+        )
+    if cfg.generator.step_wise_trajectories:
+        raise ConfigError(
+            "generator.step_wise_trajectories=true is not supported: this env appends observations "
+            "inside one assistant turn (generator.use_conversation_multi_turn=false)"
+        )
+    return cfg
+
+
+def _one_turn_limit(cfg: DeepAnalyzeSkyRLConfig, user: list[str]) -> None:
+    """SkyRL's generator hands ``generator.max_turns`` to every env (it wins over the env config),
+    so the env's ``max_turns`` given alone becomes the generator's, and two different ones are an
+    error rather than one silently ignored."""
+    given = OmegaConf.from_cli(user)
+    env_turns = OmegaConf.select(given, f"{ENV_SECTION}.max_turns")
+    gen_turns = OmegaConf.select(given, "generator.max_turns")
+    if env_turns is None:
+        return
+    if gen_turns is None:
+        cfg.generator.max_turns = int(env_turns)
+    elif int(gen_turns) != int(env_turns):
+        raise ConfigError(
+            f"generator.max_turns={gen_turns} and {ENV_SECTION}.max_turns={env_turns} disagree; "
+            "SkyRL uses generator.max_turns for every episode, so set one of them"
+        )
+
+
+# Ray runs the trainer and the envs in worker processes whose working directory is not the one
+# the command was started from: relative paths are made absolute here, against the caller's.
+_ENV_PATHS = ("workspace_root", "records_dir")
+_JUDGE_PATHS = ("cache_path", "prompt_dir")
+
+
+def _absolute(value: str | None) -> str | None:
+    return str(Path(value).expanduser().resolve()) if value else value
+
+
+def absolute_paths(env: EnvConfig) -> EnvConfig:
+    changes: dict[str, Any] = {k: _absolute(getattr(env, k)) for k in _ENV_PATHS}
+    if env.system_prompt and env.system_prompt != "protocol":
+        changes["system_prompt"] = _absolute(env.system_prompt)
+    judge = dataclasses.replace(env.judge, **{k: _absolute(getattr(env.judge, k)) for k in _JUDGE_PATHS})
+    executor = env.executor
+    if executor.python and "/" in executor.python:  # "python3" is a command, not a path
+        executor = dataclasses.replace(executor, python=_absolute(executor.python))
+    return dataclasses.replace(env, judge=judge, executor=executor, **changes)
+
+
+def _absolute_data(source: str) -> str:
+    """Local files become absolute; anything else (a hub dataset name) is left alone."""
+    path = Path(source).expanduser()
+    return str(path.resolve()) if path.exists() or path.suffix in (".parquet", ".json", ".jsonl") else source

@@ -1,0 +1,161 @@
+"""The SkyRL entrypoint: parse and check the config, start Ray, train inside a Ray task.
+
+Registration happens inside the Ray task (``register_all``), not only in the driver: the
+skyrl_gym registry is per process and the task runs in a worker process that never executed the
+driver's script. (SkyRL syncs its estimator registry to workers through a Ray actor; registering
+it there too is harmless, and importing ``deepanalyze_env`` registers the env as well.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+import ray
+from skyrl.train.entrypoints.main_base import BasePPOExp  # also sets multiprocessing to spawn
+
+from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.trainers.skyrl.advantage import register_estimator
+from deepanalyze_env.trainers.skyrl.config import ENV_SECTION, ESTIMATOR, DeepAnalyzeSkyRLConfig, parse_config
+from deepanalyze_env.trainers.skyrl.trainer import DeepAnalyzeTrainer
+
+log = logging.getLogger(__name__)
+
+# where the env keeps scratch workspaces and converted models, when the user moved them
+FORWARDED = ("DEEPANALYZE_SCRATCH", "DEEPANALYZE_CACHE")
+
+
+def register_all() -> None:
+    """Everything a process needs before SkyRL looks our names up; safe to call repeatedly."""
+    import deepanalyze_env
+
+    deepanalyze_env.register()
+    register_estimator()
+
+
+class DeepAnalyzeExp(BasePPOExp):
+    """SkyRL's experiment with our trainer; generator, datasets and inference are SkyRL's own."""
+
+    def get_tracker(self):
+        # SkyRL's tensorboard backend writes to $TENSORBOARD_DIR or ./tensorboard_log in the Ray
+        # task's working directory, which is not the user's: keep it with the run's logs.
+        os.environ.setdefault("TENSORBOARD_DIR", os.path.join(self.cfg.trainer.log_path, "tensorboard"))
+        return super().get_tracker()
+
+    def get_trainer(
+        self,
+        cfg,
+        tracker,
+        tokenizer,
+        train_dataset,
+        eval_dataset,
+        inference_engine_client,
+        generator,
+        colocate_pg,
+    ) -> DeepAnalyzeTrainer:
+        return DeepAnalyzeTrainer(
+            cfg=cfg,
+            tracker=tracker,
+            tokenizer=tokenizer,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            inference_engine_client=inference_engine_client,
+            generator=generator,
+            colocate_pg=colocate_pg,
+        )
+
+
+@ray.remote(num_cpus=1)
+def deepanalyze_entrypoint(cfg: DeepAnalyzeSkyRLConfig) -> None:
+    register_all()
+    DeepAnalyzeExp(cfg).run()
+
+
+def check_config(cfg: DeepAnalyzeSkyRLConfig) -> None:
+    """SkyRL's own validation (batch sizes, placement, registered names), one-line errors."""
+    from skyrl.train.utils import validate_cfg
+
+    register_all()
+    try:
+        validate_cfg(cfg)
+    except (AssertionError, ValueError) as exc:
+        raise ConfigError(f"SkyRL config: {exc}") from exc
+    if cfg.trainer.algorithm.dynamic_sampling.type is not None:
+        log.warning(
+            "trainer.algorithm.dynamic_sampling runs before episodes without a measured reward are "
+            "excluded, so it judges group variance with their placeholder rewards"
+        )
+    if cfg.trainer.algorithm.advantage_estimator != ESTIMATOR:
+        log.warning(
+            "trainer.algorithm.advantage_estimator=%s: episodes without a measured reward are still "
+            "kept out of the loss, but they enter their group's baseline; use %s to keep them out",
+            cfg.trainer.algorithm.advantage_estimator,
+            ESTIMATOR,
+        )
+
+
+def summary(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, Any]:
+    import dataclasses
+
+    return {
+        "model": cfg.trainer.policy.model.path,
+        "train_data": cfg.data.train_data,
+        "env_class": cfg.environment.env_class,
+        "advantage_estimator": cfg.trainer.algorithm.advantage_estimator,
+        "max_turns": cfg.generator.max_turns,
+        "n_samples_per_prompt": cfg.generator.n_samples_per_prompt,
+        "stop": cfg.generator.sampling_params.stop,
+        "use_conversation_multi_turn": cfg.generator.use_conversation_multi_turn,
+        "apply_overlong_filtering": cfg.generator.apply_overlong_filtering,
+        "score_truncated": cfg.deepanalyze.score_truncated,
+        ENV_SECTION: dataclasses.asdict(cfg.environment.skyrl_gym.deepanalyze),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m deepanalyze_env.trainers.skyrl",
+        description="GRPO on SkyRL with the deepanalyze env. Arguments are SkyRL config overrides; "
+        f"the env config lives under {ENV_SECTION}.",
+        epilog="example: python -m deepanalyze_env.trainers.skyrl trainer.policy.model.path=/models/m "
+        "data.train_data=['train.parquet'] environment.skyrl_gym.deepanalyze.workspace_root=data",
+    )
+    parser.add_argument("--check", action="store_true", help="validate the config, print it, do not train")
+    parser.add_argument("overrides", nargs="*", metavar="key.path=value")
+    args = parser.parse_args(argv)
+    try:
+        cfg = parse_config(args.overrides)
+        check_config(cfg)
+    except ConfigError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    if args.check:
+        import json
+
+        sys.stdout.write(json.dumps(summary(cfg), indent=2, default=str) + "\n")
+        return 0
+    from skyrl.train.utils.utils import initialize_ray
+
+    initialize_ray(cfg)
+    if not ray.cluster_resources().get("GPU", 0):
+        # SkyRL would otherwise wait minutes for a placement group and end in a Ray traceback
+        ray.shutdown()
+        sys.stderr.write(
+            "error: the Ray cluster has no GPUs; SkyRL training needs them (on a CPU machine, "
+            "`--check` validates the config)\n"
+        )
+        return 2
+    task = deepanalyze_entrypoint.options(runtime_env={"env_vars": forwarded_env(cfg)})
+    ray.get(task.remote(cfg))
+    return 0
+
+
+def forwarded_env(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, str]:
+    """Variables the envs read, passed to the training task wherever Ray places it: SkyRL's
+    runtime env forwards a fixed list, and a node whose Ray was started without the judge's key
+    would turn every episode into a verifier_error."""
+    names = [cfg.environment.skyrl_gym.deepanalyze.judge.api_key_env, *FORWARDED]
+    return {name: os.environ[name] for name in names if name and name in os.environ}

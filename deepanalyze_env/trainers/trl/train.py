@@ -1,0 +1,213 @@
+"""``deepanalyze-rl train`` with ``backend: trl``: GRPO on one node through ``trl.GRPOTrainer``.
+
+Everything the trainer needs comes from the recipe; what it produces lands in ``output_dir``:
+trainer logs, ``metrics.jsonl`` (one line per step), the episode records as ``episodes.jsonl``
+and ``reward_curves.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from deepanalyze_env.core import protocol
+from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.models import resolve_model
+from deepanalyze_env.core.records import read_records
+from deepanalyze_env.core.tasks import load_rows
+from deepanalyze_env.trainers.recipes import Recipe
+from deepanalyze_env.trainers.trl.rollout import (
+    DeepAnalyzeRollout,
+    RolloutStats,
+    environment_reward,
+    trl_dataset_rows,
+)
+
+log = logging.getLogger(__name__)
+console = Console()
+
+
+def _judge_defaults(env: dict[str, Any], policy_dir: str) -> None:
+    """``judge.model: policy`` (or none) on the transformers backend means the policy's weights;
+    a ``judge.base_url`` given on the command line switches the backend to ``openai``."""
+    judge = env.get("judge")
+    if not judge:
+        return
+    if judge.get("base_url") and judge.get("backend") in (None, "transformers"):
+        judge["backend"] = "openai"
+    if judge.get("backend") == "transformers" and judge.get("model") in (None, "policy"):
+        judge["model"] = policy_dir
+
+
+def _grpo_config(recipe: Recipe, out: Path, cuda: bool):
+    import trl
+
+    args = dict(recipe.trl)
+    args["output_dir"] = str(out)
+    args["max_steps"] = recipe.max_steps
+    if not cuda:
+        args.setdefault("use_cpu", True)
+        args.setdefault("bf16", False)
+    args.setdefault("report_to", "none")
+    args.setdefault("logging_steps", 1)
+    args.setdefault("save_strategy", "no")
+    args.setdefault("mask_truncated_completions", not recipe.rollout.get("score_truncated", False))
+    if args.get("use_vllm"):
+        gen = dict(args.get("generation_kwargs") or {})
+        gen.setdefault("stop", list(protocol.STOP_TAGS))
+        gen.setdefault("include_stop_str_in_output", True)
+        args["generation_kwargs"] = gen
+    try:
+        return trl.GRPOConfig(**args)
+    except TypeError as exc:
+        raise ConfigError(f"{recipe.source}: bad trl setting: {exc}")
+
+
+def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any]) -> Table:
+    table = Table(
+        title=f"step {step}: {stats.episodes} episodes in {stats.seconds:.1f}s", title_justify="left"
+    )
+    table.add_column("reward / component")
+    table.add_column("mean", justify="right")
+    table.add_column("n", justify="right")
+    if stats.rewards:
+        table.add_row(
+            "reward (trained)", f"{sum(stats.rewards) / len(stats.rewards):+.3f}", str(len(stats.rewards))
+        )
+    for name, values in sorted(stats.components.items()):
+        table.add_row(name, f"{sum(values) / len(values):.3f}", str(len(values)))
+    for kind, counts in (("status", stats.statuses), ("termination", stats.terminations)):
+        table.add_row(kind, ", ".join(f"{k}={v}" for k, v in sorted(counts.items())), "")
+    if "loss" in logs:
+        table.add_row("loss", f"{logs['loss']:.4f}", "")
+    return table
+
+
+def _make_callback(rollout: DeepAnalyzeRollout, out: Path):
+    from transformers import TrainerCallback
+
+    class StepReporter(TrainerCallback):
+        """Writes ``metrics.jsonl`` and prints the per-step table of components and statuses."""
+
+        def __init__(self) -> None:
+            self.path = out / "metrics.jsonl"
+            self.started = time.monotonic()
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logs = dict(logs or {})
+            if "reward" not in logs and "loss" not in logs:
+                return
+            stats = rollout.drain()
+            rewards = stats.rewards
+            mean = sum(rewards) / len(rewards) if rewards else None
+            std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else None
+            line = {
+                "step": state.global_step,
+                "reward_mean": mean,
+                "reward_std": std,
+                "components": {k: sum(v) / len(v) for k, v in stats.components.items()},
+                "status_counts": dict(stats.statuses),
+                "termination_counts": dict(stats.terminations),
+                "episodes": stats.episodes,
+                "rollout_seconds": round(stats.seconds, 3),
+                "elapsed_seconds": round(time.monotonic() - self.started, 3),
+                "trainer": {k: v for k, v in logs.items() if isinstance(v, int | float)},
+            }
+            with open(self.path, "a") as fh:
+                fh.write(json.dumps(line) + "\n")
+            console.print(_step_table(state.global_step, stats, logs))
+
+    return StepReporter()
+
+
+def _collect_records(records_dir: Path, out: Path) -> int:
+    records = []
+    for path in sorted(records_dir.glob("episodes-*.jsonl")):
+        records.extend(read_records(path))
+    with open(out / "episodes.jsonl", "w") as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return len(records)
+
+
+def plot_reward_curves(metrics_path: Path, png_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()]
+    if not lines:
+        return
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    steps = [line["step"] for line in lines]
+    ax.plot(steps, [line["reward_mean"] for line in lines], marker="o", linewidth=2, label="reward (trained)")
+    names = sorted({name for line in lines for name in line["components"]})
+    for name in names:
+        ax.plot(steps, [line["components"].get(name) for line in lines], marker=".", label=name, alpha=0.8)
+    ax.set_xlabel("step")
+    ax.set_ylabel("mean over the step's episodes")
+    ax.set_title("reward and components per step")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+
+
+def train_trl(recipe: Recipe) -> int:
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental; we know
+    try:
+        import torch
+        import trl
+        from datasets import Dataset
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise ConfigError(f"backend trl needs the trl extra: pip install -e '.[trl]' ({exc})")
+
+    out = Path(recipe.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("metrics.jsonl", "episodes.jsonl"):
+        (out / stale).unlink(missing_ok=True)
+    cuda = torch.cuda.is_available()
+    config = _grpo_config(recipe, out, cuda)  # the cheapest check first
+    model_dir = resolve_model(recipe.model)
+    env_config = dict(recipe.env)
+    if not env_config.get("records_dir"):  # our own folder: start it empty so runs never mix
+        env_config["records_dir"] = str(out / "records")
+        for old in (out / "records").glob("episodes-*.jsonl"):
+            old.unlink()
+    records_dir = Path(env_config["records_dir"])
+    _judge_defaults(env_config, model_dir)
+    rows = load_rows(recipe.data, env_config.get("workspace_root"))
+    if not rows:
+        raise ConfigError(f"{recipe.source}: the data files hold no tasks")
+    rollout = DeepAnalyzeRollout(rows, env_config, **recipe.rollout)
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if not cuda else "auto")
+    trainer = trl.GRPOTrainer(
+        model=model,
+        reward_funcs=[environment_reward],
+        args=config,
+        train_dataset=Dataset.from_list(trl_dataset_rows(rows)),
+        processing_class=tokenizer,
+        rollout_func=rollout,
+        callbacks=[_make_callback(rollout, out)],
+    )
+    trainer.train()
+    n = _collect_records(records_dir, out)
+    if (out / "metrics.jsonl").is_file():
+        plot_reward_curves(out / "metrics.jsonl", out / "reward_curves.png")
+    console.print(f"done: {n} episodes in {out / 'episodes.jsonl'}; curves in {out / 'reward_curves.png'}")
+    return 0
