@@ -29,17 +29,37 @@ GATE_PENALTY = -1.0
 
 @dataclass
 class RewardContext:
+    """What a reward function may ask for: it names fields as parameters and gets only those.
+
+    Example::
+
+        @register_reward("short_answer")
+        def short_answer(answer: str | None) -> float:
+            return float(answer is not None and len(answer) < 200)
+    """
+
     answer: str | None
+    """The final answer: text of the policy's last ``<Answer>`` block, after its last ``Answer:``."""
     policy_text: str
+    """The policy's own turns joined by newlines (no observations)."""
     trajectory: str
+    """Everything after the prompt, observations included, as the model saw it."""
     messages: list[dict]
+    """The whole conversation: prompt messages, policy turns, observations."""
     ground_truth: Any
+    """``reward_spec["ground_truth"]``."""
     question: str | None
+    """The row's ``input_seq`` (what judges are shown as the task)."""
     code_pass: list[int]
+    """Per code turn: 1 when the cell passed (profile rule), else 0."""
     turns: int
+    """Policy turns taken."""
     workspace: Path | None
+    """The episode's scratch folder (files the policy wrote); valid only while scoring."""
     reward_spec: dict
+    """The row's whole reward spec (for per-task options such as tolerances)."""
     judge: Any = None
+    """The episode's judge session, or None when the plan needs no judge."""
 
     def kwargs_for(self, fn: RewardFunction) -> dict[str, Any]:
         return {name: getattr(self, name) for name in fn.params}
@@ -47,6 +67,8 @@ class RewardContext:
 
 @dataclass
 class RewardOutcome:
+    """The plan's verdict on one episode; the env copies it into the final step's metadata."""
+
     reward: float
     components: dict[str, float]
     status: str  # "scored" | "verifier_error"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deepanalyze_env.cli.main import build_parser
+from deepanalyze_env.cli.app import build_parser
 from deepanalyze_env.core import contracts
 from deepanalyze_env.core.config import EnvConfig
 from deepanalyze_env.trainers import recipes

@@ -1,6 +1,6 @@
 """The ``deepanalyze-rl`` command line: one module per subcommand, each with ``add_parser(subparsers)``.
 
-``main`` (in :mod:`deepanalyze_env.cli.main`) builds the parser from :data:`COMMANDS`; shared
+``main`` (in :mod:`deepanalyze_env.cli.app`) builds the parser from :data:`COMMANDS`; shared
 flags, the console and :class:`UsageError` live in :mod:`deepanalyze_env.cli.common`. Nothing
 outside this folder imports it: library code raises ``ConfigError`` and the CLI prints it.
 """
@@ -13,6 +13,6 @@ COMMANDS = ("train", "rollout", "judge_eval", "stats", "rescore", "prepare_data"
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point (``deepanalyze-rl``)."""
-    from deepanalyze_env.cli.main import main as _main
+    from deepanalyze_env.cli.app import main as _main
 
     return _main(argv)

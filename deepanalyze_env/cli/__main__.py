@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from deepanalyze_env.cli.main import main
+from deepanalyze_env.cli.app import main
 
 sys.exit(main())

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from deepanalyze_env.cli.common import (
@@ -25,7 +24,7 @@ from deepanalyze_env.cli.common import (
     load_env_config,
     make_parser,
 )
-from deepanalyze_env.offline.report import fmt
+from deepanalyze_env.offline.report import fmt, progress_bar
 
 HEADLINE = (
     "n_cases",
@@ -158,15 +157,7 @@ def cmd_judge_eval(args: argparse.Namespace) -> int:
 
     total = sum(len(case.candidates) for case in cases) * args.repeats
     counts = {"scored": 0, "parse_error": 0, "call_error": 0, "error": 0}
-    with Progress(
-        TextColumn("[bold]judge-eval"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[info]}"),
-        console=console,
-    ) as progress:
-        bar = progress.add_task("samples", total=total, info="")
+    with progress_bar("judge-eval", total=total, console=console) as (progress, bar):
 
         def done(sample: Sample) -> None:
             counts[sample.status] += 1

@@ -16,8 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from deepanalyze_env.cli.common import (
     UsageError,
     add_shared_flags,
@@ -25,6 +23,7 @@ from deepanalyze_env.cli.common import (
     load_env_config,
     make_parser,
 )
+from deepanalyze_env.offline.report import progress_bar
 
 
 def add_parser(sub: Any) -> None:
@@ -103,20 +102,14 @@ def cmd_rescore(args: argparse.Namespace) -> int:
             return exc
 
     results: list[Any] = []
-    with Progress(
-        TextColumn("[bold]rescore"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[info]}"),
-        console=console,
-    ) as progress:
-        bar = progress.add_task("records", total=len(chosen), info="")
-        with ThreadPoolExecutor(max_workers=args.concurrency, thread_name_prefix="rescore") as pool:
-            for result in pool.map(one, chosen):
-                results.append(result)
-                counts = Counter(r.after for r in results if not isinstance(r, RescoreSkip))
-                progress.update(bar, advance=1, info=", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    with (
+        progress_bar("rescore", total=len(chosen), console=console) as (progress, bar),
+        ThreadPoolExecutor(max_workers=args.concurrency, thread_name_prefix="rescore") as pool,
+    ):
+        for result in pool.map(one, chosen):
+            results.append(result)
+            counts = Counter(r.after for r in results if not isinstance(r, RescoreSkip))
+            progress.update(bar, advance=1, info=", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     updated = [r for r in results if not isinstance(r, RescoreSkip)]
     skipped = [r for r in results if isinstance(r, RescoreSkip)]
     if updated:

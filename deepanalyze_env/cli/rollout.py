@@ -15,14 +15,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from deepanalyze_env.cli.common import (
@@ -33,6 +25,7 @@ from deepanalyze_env.cli.common import (
     load_env_config,
     make_parser,
 )
+from deepanalyze_env.offline.report import progress_bar
 
 TABLE_LIMIT = 40  # print one row per episode up to this many, else a per-method summary
 
@@ -199,18 +192,10 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     results: list[EpisodeResult] = []
     stop = threading.Event()
     interrupted = False
-    with Progress(
-        TextColumn("[bold]rollout"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-        TextColumn("{task.fields[info]}"),
-        console=console,
-        transient=False,
-    ) as progress:
-        bar = progress.add_task("episodes", total=len(jobs), completed=done_before, info="")
+    with progress_bar("rollout", total=len(jobs), console=console, completed=done_before, eta=True) as (
+        progress,
+        bar,
+    ):
 
         def on_result(result: EpisodeResult) -> None:
             results.append(result)

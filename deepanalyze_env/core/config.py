@@ -37,12 +37,20 @@ class SandboxConfig:
 
 @dataclass
 class ExecutorConfig:
+    """``env_config.executor``: how code cells run (``tools/kernel.py``, one worker per episode)."""
+
     timeout_s: float = 10.0
+    """Wall-clock limit per cell; the worker and everything it started are killed past it."""
     memory_mb: int | None = 2048
+    """Address space a cell may add beyond the preloaded stack (``RLIMIT_AS``); null: no cap."""
     max_output_chars: int = 20000
+    """Longer output keeps its head and tail with a marker between them."""
     python: str | None = None
+    """Interpreter for kernels (another venv with its own stack); default: the running one."""
     preload: list[str] | None = None
+    """Modules the fork server imports once before forking workers; default: the kernel stack."""
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    """Protections around each worker (``executor.sandbox.*``)."""
 
     def validate(self) -> None:
         if self.timeout_s <= 0:
@@ -127,16 +135,37 @@ class JudgeConfig:
 
 @dataclass
 class EnvConfig:
+    """``env_config``: everything about an episode that is not in the dataset row.
+
+    Build it with :meth:`from_any` (dict, OmegaConf node or EnvConfig); every key is optional
+    and an unknown one is an error naming its dotted path. ``docs/design.md`` section 5 tables
+    every key.
+
+    Example::
+
+        EnvConfig.from_any({"workspace_root": "data", "executor": {"timeout_s": 5}})
+    """
+
     workspace_root: str | None = None
+    """Folder holding the task folders (``<workspace_root>/<data>/<workspace_id>/``)."""
     profile: str = "v1"
+    """``v1`` (this project's semantics) or ``upstream`` (DeepAnalyze's, for comparisons)."""
     max_turns: int = 30
+    """Turn limit when the row sets none (under SkyRL, ``generator.max_turns`` is the limit)."""
     observation_role: str = "user"
+    """Role of the ``<Execute>`` observation messages."""
     stateful_cells: bool = False
+    """Keep variables between cells (DeepAnalyze's harness gives each cell a fresh namespace)."""
     system_prompt: str | None = None
+    """``protocol`` (the shipped tag-protocol prompt), a file path, or null for none."""
     records_dir: str | None = None
+    """Append each episode's record to ``episodes-<host>-<pid>.jsonl`` here on ``close()``."""
     policy_id: str | None = None
+    """Recorded in ``versions.policy_id`` of every record."""
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    """How code cells run."""
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    """The LLM judge (only needed by plans with judge components)."""
 
     @classmethod
     def from_any(cls, raw: Any, path: str = "env_config") -> EnvConfig:

@@ -78,6 +78,22 @@ def resolve_workspace(root: str | None, data: Any, workspace_id: Any) -> Path | 
 
 
 class DeepAnalyzeEnv(BaseTextEnv):
+    """One data-analysis episode (skyrl_gym env id ``deepanalyze``).
+
+    Lifecycle: construct (validates ``env_config`` and the row's ``extras``; a bad reward spec,
+    a missing judge or workspace fails here) → ``init(prompt)`` (scratch copy of the task's
+    files, a kernel worker) → ``step(action)`` until ``done`` → ``close()`` (worker killed,
+    scratch removed, record appended when ``records_dir`` is set). ``result()`` returns the
+    episode as one value; ``get_metrics()`` gives numbers for trainer logs.
+
+    Example::
+
+        env = DeepAnalyzeEnv({"workspace_root": "data"}, extras=row_without_prompt)
+        messages, _ = env.init(row["prompt"])
+        out = env.step("<Analyze>…</Analyze><Code>```python\nprint(1)\n```</Code>")
+        env.close()
+    """
+
     def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None):
         super().__init__()
         self.config = EnvConfig.from_any(env_config)
@@ -141,6 +157,9 @@ class DeepAnalyzeEnv(BaseTextEnv):
     # ------------------------------------------------------------------ lifecycle
 
     def init(self, prompt: Any) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        """Start the episode: returns the prompt messages (with the protocol system prompt when
+        configured). A workspace or kernel that cannot be set up ends the episode at its first
+        step as ``environment_error`` instead of raising."""
         messages = (
             [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
         )
@@ -175,6 +194,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
         return messages, {}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
+        """One policy turn (docs/design.md section 6). Never raises for anything the policy wrote."""
         if self.final_metadata is not None:
             return BaseTextEnvStepOutput(
                 observations=[],
