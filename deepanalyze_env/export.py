@@ -184,7 +184,10 @@ def to_row(record: dict[str, Any], components: Sequence[str], run: str) -> dict[
             {"role": str(m.get("role")), "content": str(m.get("content") or "")}
             for m in record.get("messages") or []
         ],
-        "reward": float(reward) if isinstance(reward, int | float) else None,
+        # an unscored episode's reward is a placeholder (0.0), never a reward a dataset should average
+        "reward": float(reward)
+        if isinstance(reward, int | float) and record.get("reward_status") == "scored"
+        else None,
         "reward_status": _str_or_none(record.get("reward_status")),
         "format_ok": record.get("format_ok") if isinstance(record.get("format_ok"), bool) else None,
         "gate": _str_or_none(record.get("gate")),
@@ -294,6 +297,8 @@ def card_metadata(split_counts: dict[str, int], features: Any, license_id: str, 
     for name, n in split_counts.items():
         splits.add(SplitInfo(name=name, num_examples=n))
     info_yaml = DatasetInfo(features=features, splits=splits)._to_yaml_dict()
+    for split in info_yaml["splits"]:
+        split.pop("num_bytes", None)  # not measured here; the Hub computes it on upload
     return {
         "license": license_id,
         "pretty_name": pretty_name,

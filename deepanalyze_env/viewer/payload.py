@@ -187,7 +187,10 @@ class Payload:
                 str(versions.get("policy_id") or "–"),
                 str(record.get("reward_status")),
                 str(record.get("termination")),
-                float(reward) if isinstance(reward, int | float) else None,
+                # an unscored episode's reward is a placeholder, not a reward: never sorted or filtered as one
+                float(reward)
+                if isinstance(reward, int | float) and record.get("reward_status") == "scored"
+                else None,
                 int(record.get("turns") or 0),
                 kept,
                 len(code_pass),

@@ -166,6 +166,8 @@
       if (!e.name) return;
       f[e.name] = e.type === "checkbox" ? e.checked : e.value;
     });
+    // "change" follows "input" when a field loses focus: same filters, keep the rows (and the page)
+    if (JSON.stringify(f) === JSON.stringify(state.filters)) return;
     state.filters = f;
     state.page = 0;
     applyFilters();
@@ -389,7 +391,7 @@
     var t = table(["component", "value", "weight", "weighted share"], data, [0, 1, 1, 1]);
     t.classList.add("components");
     add(box, kv([
-      ["reward", body.reward],
+      ["reward", body.reward_status === "scored" ? body.reward : fmt(body.reward) + " (a placeholder: the episode was not scored)"],
       ["status", body.reward_status],
       ["format ok", body.format_ok],
       ["gate", body.gate],
