@@ -270,7 +270,7 @@ def test_episode_page_shows_every_turn_the_components_and_the_judge(watched: Wat
     # the judge's reply, exactly as text, with its parsed score
     assert page.text_content("#episode-view pre.judge-reply") == JUDGE_REPLY
     assert "score 4" in page.text_content("#episode-view .judge-call")
-    # the cell: highlighted code, exec status and time on the turn, its output collapsible and marked truncated
+    # the cell: highlighted code, exec status and time on its turn, output collapsible, marked truncated
     assert "import" in page.eval_on_selector_all(
         "#episode-view pre.code span.hl-kw", "s => s.map(x => x.textContent)"
     )
@@ -392,7 +392,6 @@ def test_page_makes_no_request_and_its_policy_blocks_any(watched: Watched, recor
 
 def test_screenshot_has_a_real_layout(watched: Watched, tmp_path: Path):
     import matplotlib.image as mpimg
-    import numpy as np
 
     png = watched.page.screenshot()
     (tmp_path / "run-page.png").write_bytes(png)
