@@ -276,9 +276,10 @@ def _md(value: Any) -> str:
     return text
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, escape: bool = True) -> list[str]:
+    """A Markdown table; cells are escaped (run data is text) unless they are this module's own prose."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(_md(c) if escape else str(c) for c in row) + " |" for row in rows]
     return lines
 
 
@@ -289,16 +290,20 @@ def _size_category(n: int) -> str:
     return "1M<n<10M"
 
 
-def card_metadata(split_counts: dict[str, int], features: Any, license_id: str, pretty_name: str) -> dict:
+def card_metadata(
+    split_counts: dict[str, int],
+    split_bytes: dict[str, int],
+    features: Any,
+    license_id: str,
+    pretty_name: str,
+) -> dict:
     """The YAML header, as a dict (validated by huggingface_hub's DatasetCardData on write)."""
     from datasets import DatasetInfo, SplitDict, SplitInfo
 
     splits = SplitDict()
     for name, n in split_counts.items():
-        splits.add(SplitInfo(name=name, num_examples=n))
+        splits.add(SplitInfo(name=name, num_examples=n, num_bytes=split_bytes.get(name, 0)))
     info_yaml = DatasetInfo(features=features, splits=splits)._to_yaml_dict()
-    for split in info_yaml["splits"]:
-        split.pop("num_bytes", None)  # not measured here; the Hub computes it on upload
     return {
         "license": license_id,
         "pretty_name": pretty_name,
@@ -429,7 +434,7 @@ def card_body(
             [[k, v["n"], f"{v['mean']:.4f}"] for k, v in stats["components"].items()],
         )
     lines += ["", "## Columns", ""]
-    lines += _table(["column", "meaning"], list(COLUMN_DOCS.items()))
+    lines += _table(["column", "meaning"], [[f"`{k}`", v] for k, v in COLUMN_DOCS.items()], escape=False)
     lines += ["", f"Exported {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.", ""]
     return "\n".join(lines)
 
@@ -515,12 +520,11 @@ def export_runs(
     features = Features.from_arrow_schema(schema)
     split_counts = {name: len(rows) for name, rows in by_split.items()}
     title = pretty_name or "DeepAnalyze agent trajectories"
-    metadata = card_metadata(split_counts, features, license_id, title)
-    card_data = DatasetCardData(**metadata)  # the card classes the Hub uses check the header shape
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     shards: list[Path] = []
+    split_bytes: dict[str, int] = defaultdict(int)
     try:
         (tmp / "data").mkdir()
         for name, rows in by_split.items():
@@ -533,6 +537,9 @@ def export_runs(
                 rel = Path("data") / f"{name}-{i:05d}-of-{n_shards:05d}.parquet"
                 pq.write_table(table, tmp / rel)
                 shards.append(out / rel)
+                split_bytes[name] += table.nbytes  # what datasets reports as a split's num_bytes
+        metadata = card_metadata(split_counts, split_bytes, features, license_id, title)
+        card_data = DatasetCardData(**metadata)  # the card classes the Hub uses check the header shape
         body = card_body(
             title=title,
             records=[r for rows in by_split.values() for r in rows],

@@ -27,7 +27,7 @@ from tests.viewer_runs import (
     XSS_IMG,
     XSS_PRINT,
     XSS_TASK,
-    make_run,
+    shared_run,
 )
 
 KEEP = 'reward_status == "scored" and reward >= 0.5'
@@ -48,7 +48,7 @@ def chromium_path() -> str | None:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_run(tmp_path_factory.mktemp("view"))
+    return shared_run(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from deepanalyze_env.cli import main
 from rewards.judge.fake_server import FakeJudgeServer, Reply
 
@@ -114,3 +116,13 @@ def make_run(base: Path, run_id: str = "h") -> Path:
         ]
         assert main(args) == 0
     return out
+
+
+_SHARED: dict[str, Path] = {}
+
+
+def shared_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run above, made once per test session (the ``view`` and ``export`` tests both read it)."""
+    if "run" not in _SHARED:
+        _SHARED["run"] = make_run(tmp_path_factory.mktemp("viewer-run"))
+    return _SHARED["run"]
