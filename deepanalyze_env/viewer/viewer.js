@@ -551,6 +551,7 @@
   state.visible = rows.map(function (_, i) { return i; });
   renderTable();
   timings.first_render_ms = performance.now() - t0;
+  timings.ready_at_ms = performance.now(); // since navigation start: what "the page opened" means
   document.body.dataset.ready = "1";
   window.addEventListener("hashchange", route);
   route();
