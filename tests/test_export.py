@@ -144,8 +144,8 @@ def test_merged_runs_keep_a_repeated_id_once_and_say_so(
     assert "duplicate episode ids across sources: 2" in (out / "README.md").read_text()
 
 
-def test_split_by_method(viewer_run: Path, records: list[dict], tmp_path: Path):
-    ds = load(export(tmp_path, str(viewer_run), "--split-by", "method"), tmp_path)
+def test_split_by_method_from_a_records_folder(viewer_run: Path, records: list[dict], tmp_path: Path):
+    ds = load(export(tmp_path, str(viewer_run / "records"), "--split-by", "method"), tmp_path)
     assert {name: ds[name]["episode_id"] for name in ds} == {
         "qa": [r["episode_id"] for r in records if r["reward_spec"]["method"] == "qa"],
         "datatask": [r["episode_id"] for r in records if r["reward_spec"]["method"] == "datatask"],

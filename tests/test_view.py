@@ -423,10 +423,11 @@ def test_view_command_errors_are_one_line(tmp_path: Path, capsys: pytest.Capture
     assert not (tmp_path / "page.txt").exists()
 
 
-def test_view_defaults_to_a_page_in_the_run_folder(run_dir: Path, records: list[dict], tmp_path: Path):
-    copy = tmp_path / "run"
-    shutil.copytree(run_dir, copy)
-    (copy / "episodes.html").unlink(missing_ok=True)
-    assert main(["view", str(copy)]) == 0
-    page = (copy / "episodes.html").read_text()
+def test_view_reads_a_training_output_folder(run_dir: Path, records: list[dict], tmp_path: Path):
+    """A folder holding only episodes.jsonl (what `train` leaves besides its metrics); page beside it."""
+    folder = tmp_path / "train-out"
+    folder.mkdir()
+    shutil.copy(run_dir / "episodes.jsonl", folder / "episodes.jsonl")
+    assert main(["view", str(folder)]) == 0
+    page = (folder / "episodes.html").read_text()
     assert page.count('<script type="application/json" id="b') == len(records)

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from deepanalyze_env.commands.common import UsageError, console, make_parser
 
 
@@ -46,7 +48,17 @@ def cmd_view(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in (".html", ".htm"):
         raise UsageError(f"--out {out}: the page is an HTML file; name it *.html")
     try:
-        report = build_view(args.runs, out, keep=args.keep, rescored=not args.no_rescored)
+        with Progress(
+            TextColumn("[bold]view"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        ) as bar:
+            task = bar.add_task("episodes", total=None)
+            report = build_view(
+                args.runs,
+                out,
+                keep=args.keep,
+                rescored=not args.no_rescored,
+                progress=lambda done, total: bar.update(task, completed=done, total=total),
+            )
     except FileNotFoundError as exc:
         raise UsageError(str(exc))
     except (ViewError, ValueError) as exc:

@@ -17,7 +17,7 @@ import html
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,9 +113,18 @@ def render_page(title: str, meta: dict[str, Any], payload: Payload) -> str:
 
 
 def build_view(
-    sources: Sequence[str | Path], out: str | Path, *, keep: str | None = None, rescored: bool = True
+    sources: Sequence[str | Path],
+    out: str | Path,
+    *,
+    keep: str | None = None,
+    rescored: bool = True,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ViewReport:
-    """Load the runs in ``sources`` and write the page to ``out``."""
+    """Load the runs in ``sources`` and write the page to ``out``.
+
+    ``progress(done, total)`` is called as episodes are laid out (lexing code cells is the slow
+    part), so the command can show a bar on long runs.
+    """
     payload = Payload()
     all_records: list[dict[str, Any]] = []
     source_names: list[str] = []
@@ -123,14 +132,18 @@ def build_view(
     record_bytes = 0
     seen: set[str] = set()
     duplicates = 0
-    for s, source in enumerate(sources):
-        path = Path(source)
-        run = load_run(path, rescored=rescored)
+    runs = [(Path(source), load_run(Path(source), rescored=rescored)) for source in sources]
+    total = sum(len(run.records) for _, run in runs)
+    done = 0
+    for s, (path, run) in enumerate(runs):
         kept, kept_source = _kept_ids(path, run.records, keep)
         if kept_source:
             kept_sources.append(kept_source)
         source_names.append(str(path))
         for record in run.records:
+            done += 1
+            if progress is not None and (done % 100 == 0 or done == total):
+                progress(done, total)
             eid = str(record.get("episode_id"))
             if eid in seen:
                 duplicates += 1
