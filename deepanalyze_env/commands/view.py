@@ -63,11 +63,11 @@ def cmd_view(args: argparse.Namespace) -> int:
         raise UsageError(str(exc))
     except (ViewError, ValueError) as exc:
         raise UsageError(str(exc))
-    ratio = report.bytes / report.record_bytes if report.record_bytes else 0
+    size = f"{report.bytes / 1e6:.1f} MB" if report.bytes >= 1e6 else f"{report.bytes / 1e3:.0f} kB"
     console.print(
-        f"{report.episodes} episodes in [bold]{report.path}[/bold] "
-        f"({report.bytes / 1e6:.1f} MB, {ratio:.2f}x the records' size); open it in any browser, "
-        "it needs no network",
+        f"{report.episodes} episodes in [bold]{report.path}[/bold] ({size}: the episodes take "
+        f"{report.ratio:.2f}x their records' size, plus {report.fixed_bytes / 1e3:.0f} kB for the page); "
+        "open it in any browser, it needs no network",
         highlight=False,
     )
     if report.kept_source:

@@ -47,6 +47,12 @@ class ViewReport:
     bytes: int
     record_bytes: int  # size of the records shown, as JSON lines (the page's size yardstick)
     kept_source: str | None
+    fixed_bytes: int = 0  # the page itself (template, style, script), whatever the run's size
+
+    @property
+    def ratio(self) -> float:
+        """Bytes of the page's episode data per byte of records."""
+        return (self.bytes - self.fixed_bytes) / self.record_bytes if self.record_bytes else 0.0
 
 
 def _kept_ids(
@@ -177,4 +183,5 @@ def build_view(
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(out)
-    return ViewReport(out, len(all_records), out.stat().st_size, record_bytes, meta["kept_source"])
+    fixed = sum(len((HERE / name).read_bytes()) for name in ("template.html", "viewer.css", "viewer.js"))
+    return ViewReport(out, len(all_records), out.stat().st_size, record_bytes, meta["kept_source"], fixed)
