@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from deepanalyze_env.viewer.highlight import CLASSES, code_runs, python_runs
-from deepanalyze_env.viewer.payload import join_segments, script_json, segments
+from deepanalyze_env.viewer.payload import Payload, join_segments, script_json, segments
 
 PIECES = [
     "<Analyze>",
@@ -82,3 +82,23 @@ def test_script_json_cannot_close_its_element():
     value = {"a": "</script><script>alert(1)</script><!--", "b": "\u2028"}
     text = script_json(value)
     assert "<" not in text and json.loads(text) == value
+
+
+def test_weights_come_from_the_plan_and_say_when_they_may_differ():
+    from deepanalyze_env.profiles import PROFILES
+
+    spec = {"method": "qa", "ground_truth": "B"}
+    fingerprint = PROFILES["v1"].build_plan(spec).fingerprint()
+    record = {"reward_spec": spec, "versions": {"profile": "v1", "reward_plan": fingerprint}}
+    # the qa method: accuracy and the judge's analysis score count equally, exact match is reported only
+    assert Payload().weights(record) == ({"qa_accuracy": 1.0, "qa_analysis": 1.0, "qa_exact": 0.0}, "plan")
+    changed = {**record, "versions": {"profile": "v1", "reward_plan": "0000000000000000"}}
+    assert Payload().weights(changed)[1] == "recomputed"
+    upstream = PROFILES["upstream"].build_plan(spec).fingerprint()
+    mean = {
+        "reward_spec": spec,
+        "versions": {"profile": "upstream", "reward_plan": upstream},
+        "reward_components": {"qa_acc_reward": 1.0, "qa_analysisc_reward": 0.5},
+    }
+    assert Payload().weights(mean) == ({"qa_acc_reward": 1.0, "qa_analysisc_reward": 1.0}, "plan")
+    assert Payload().weights({"reward_spec": {"method": "nosuch"}, "versions": {}}) == (None, "unknown")

@@ -142,6 +142,7 @@ class Payload:
         Records carry the plan's fingerprint, not its weights; the plan is rebuilt with this
         code and its fingerprint compared, so a page never shows weights the run did not use
         without saying so ("recomputed": the fingerprint differs, e.g. the method changed since).
+        A plan without weights (profile ``upstream``) is a plain mean: every component weighs 1.
         """
         versions = record.get("versions") or {}
         profile = str(versions.get("profile") or "v1")
@@ -152,16 +153,17 @@ class Payload:
 
             try:
                 plan = PROFILES[profile].build_plan(spec or {})
-                weights = {str(k): float(v) for k, v in getattr(plan, "weights", {}).items()}
-                if not weights:  # upstream's plan is a plain mean over its components
-                    weights = None
+                weights = getattr(plan, "weights", None)
+                weights = None if weights is None else {str(k): float(v) for k, v in weights.items()}
                 self._weights[key] = (weights, plan.fingerprint())
             except Exception as exc:  # an unknown method or profile in an old run: no weights
                 log.debug("no weights for %s: %s", spec, exc)
                 self._weights[key] = (None, None)
         weights, fingerprint = self._weights[key]
-        if weights is None:
+        if fingerprint is None:
             return None, "unknown"
+        if weights is None:
+            weights = {str(c): 1.0 for c in record.get("reward_components") or {}}
         return weights, "plan" if fingerprint == versions.get("reward_plan") else "recomputed"
 
     def add(self, record: dict[str, Any], *, kept: bool | None, source: int) -> None:
