@@ -16,9 +16,7 @@
   index.columns.forEach(function (name, i) { C[name] = i; });
   var HL = meta.highlight_classes.map(function (c) { return c ? "hl-" + c : ""; });
   var TAG_CLASS = { Analyze: 1, Understand: 1, Code: 1, Answer: 1, Execute: 1 };
-  var lowered = rows.map(function (r) {
-    return [r[C.id], r[C.task], r[C.policy], r[C.text]].join(" ").toLowerCase();
-  });
+  var lowered = null; // search text per row, built on the first search (not on the way to first paint)
   var fullText = {}; // episode number -> lower-cased body JSON text, filled only for full-text search
   var state = { filters: {}, sortKey: null, sortDir: 1, page: 0, visible: [] };
   var timings = { parsed_ms: 0, first_render_ms: 0, last_filter_ms: 0, last_episode_ms: 0 };
@@ -189,6 +187,11 @@
     var q = (f.q || "").trim().toLowerCase();
     // the bodies hold JSON text: search for the query as JSON would write it
     var qJson = q ? JSON.stringify(q).slice(1, -1).replace(/</g, "\\u003c") : "";
+    if (q && lowered === null) {
+      lowered = rows.map(function (r) {
+        return [r[C.id], r[C.task], r[C.policy], r[C.text]].join(" ").toLowerCase();
+      });
+    }
     var out = [];
     for (var i = 0; i < rows.length; i++) {
       var r = rows[i];
@@ -304,11 +307,13 @@
 
   function codeBlock(text, runs) {
     var pre = el("pre", "code");
-    if (!runs) { pre.textContent = text; return pre; }
-    var pos = 0;
+    if (!runs) { pre.textContent = trimmed(text); return pre; }
+    var pos = 0, last = runs.length - 2;
     for (var k = 0; k < runs.length; k += 2) {
       var piece = text.slice(pos, pos + runs[k + 1]);
       pos += runs[k + 1];
+      if (k === 0 && runs[k] === 0) piece = piece.replace(/^\n/, "");
+      if (k === last && runs[k] === 0 && pos === text.length) piece = piece.replace(/\n$/, "");
       if (runs[k] === 0) pre.appendChild(document.createTextNode(piece));
       else add(pre, el("span", HL[runs[k]] || null, piece));
     }
@@ -321,26 +326,29 @@
     return "cell " + cell + " · " + x.status + (x.elapsed_ms !== undefined && x.elapsed_ms !== null ? " · " + x.elapsed_ms.toFixed(0) + " ms" : "");
   }
 
+  // the newline that follows an opening tag and precedes a closing one is layout, not content
+  function trimmed(text) { return text.replace(/^\n/, "").replace(/\n$/, ""); }
+
   function renderSegment(seg, ctx) {
-    if (!seg.t) return add(el("div", "seg"), el("pre", null, seg.s));
+    if (!seg.t) return seg.s.trim() ? add(el("div", "seg"), el("pre", null, seg.s)) : null;
     var cls = TAG_CLASS[seg.t] ? "tag-" + seg.t : "tag-other";
     var box = el("div", "seg seg-tag " + cls);
     if (seg.t === "Execute") {
       var x = ctx.exec[ctx.cell];
       var det = el("details", "exec");
-      var lines = seg.s.split("\n").length;
+      var lines = trimmed(seg.s).split("\n").length;
       det.open = lines <= 25;
       var sum = el("summary");
       add(sum, el("span", "tagname", "Execute"), document.createTextNode(" " + execLabel(x, ctx.cell + 1) + " · " + lines + " lines "));
       if (x) sum.classList.add("ex-" + String(x.status).replace(/[^a-z_]/g, ""));
       if (x && x.truncated) add(sum, el("span", "truncated", "output truncated"));
       ctx.cell++;
-      add(det, sum, el("pre", null, seg.s));
+      add(det, sum, el("pre", null, trimmed(seg.s)));
       add(box, det);
     } else {
       add(box, el("span", "tagname", seg.t));
       if (seg.o) add(box, el("span", "unclosed", "no closing </" + seg.t + ">"));
-      add(box, seg.t === "Code" ? codeBlock(seg.s, seg.h) : el("pre", null, seg.s));
+      add(box, seg.t === "Code" ? codeBlock(seg.s, seg.h) : el("pre", null, trimmed(seg.s)));
     }
     return box;
   }
@@ -370,7 +378,7 @@
         turn++;
       } else add(head, el("b", null, mi === 0 ? m.role + " · prompt" : m.role));
       var bodyDiv = el("div", "msg-body");
-      m.segs.forEach(function (s) { add(bodyDiv, renderSegment(s, ctx)); });
+      m.segs.forEach(function (s) { add(bodyDiv, renderSegment(s, ctx)); }); // add() skips nulls
       add(wrap, add(box, head, bodyDiv));
     });
     return wrap;
