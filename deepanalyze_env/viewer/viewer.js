@@ -412,6 +412,7 @@
       unknown: "weights unknown (the record's method or profile is not known to this code)"
     };
     add(box, el("p", "note", why[body.weight_source] || ""));
+    if (body.gate) add(box, el("p", "note", "the format gate failed (" + body.gate + "): the reward is the gate's penalty and no other component ran"));
     return box;
   }
 
@@ -458,7 +459,7 @@
     add(box, head);
     if (!body) { add(box, el("p", "error-box", "episode body missing")); return box; }
     if (body.error || body.reward_status !== "scored") {
-      var err = add(el("div", "error-box"), el("b", null, "not scored: " + body.reward_status));
+      var err = add(el("div", "error-box"), el("b", null, body.reward_status !== "scored" ? "not scored: " + body.reward_status : "error"));
       if (body.error) add(err, el("pre", "episode-error", body.error));
       add(box, err);
     }
