@@ -1,0 +1,576 @@
+"""Export run records as a Hub-ready dataset folder (``deepanalyze-rl export``).
+
+The folder is what ``datasets.load_dataset(DIR)`` loads directly and what ``hf upload`` pushes:
+``data/<split>-NNNNN-of-NNNNN.parquet`` shards and a ``README.md`` dataset card whose YAML
+header is Hub metadata (licence, task categories, tags, ``configs`` with ``data_files``, the
+features) and whose body says how the data was made — versions, judge, kernel, policies,
+filter, counts and the ``stats`` figures — because a trajectory dataset without its
+provenance cannot be compared with anything.
+
+Columns: the record's scalar fields as they are; ``messages`` as a list of ``{role, content}``
+(what TRL's ``SFTTrainer`` reads); ``reward_components`` as a struct with one field per
+component (null where an episode lacks it); the free-form nested fields (``reward_spec``,
+``exec``, ``judge``, ``usage``, ``versions``, ``timings``) as JSON text, since their shapes
+differ between methods and runs and Parquet needs one schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deepanalyze_env.core.records import load_run
+from deepanalyze_env.offline.filters import DERIVED, RecordFilter
+from deepanalyze_env.offline.rundir import MANIFEST
+from deepanalyze_env.offline.stats import compute_stats, summary_rows
+
+log = logging.getLogger(__name__)
+
+JSON_COLUMNS = ("reward_spec", "exec", "judge", "usage", "versions", "timings")
+SHARD_ROWS = 5000
+SPLIT_NAME = re.compile(r"^\w+(\.\w+)*$")  # what the Hub accepts as a split name
+SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"))
+# Fields --split-by can name besides the record's own (see filters.DERIVED for method).
+SPLIT_FIELDS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    **DERIVED,
+    "policy_id": lambda r: (r.get("versions") or {}).get("policy_id"),
+    "profile": lambda r: (r.get("versions") or {}).get("profile"),
+}
+
+
+class ExportError(ValueError):
+    """The export cannot be made as asked; the message says why."""
+
+
+@dataclass
+class ExportReport:
+    out: Path
+    episodes_in: int
+    split_counts: dict[str, int]
+    shards: list[Path]
+    duplicates: list[str] = field(default_factory=list)
+    dropped_by_splits: int = 0
+
+
+# ---------------------------------------------------------------------------- splits
+
+
+def split_field_value(record: dict[str, Any], name: str) -> Any:
+    if name in SPLIT_FIELDS:
+        return SPLIT_FIELDS[name](record)
+    return record.get(name)
+
+
+def split_name(value: Any) -> str:
+    name = re.sub(r"\W+", "_", str(value)).strip("_")
+    return name or "none"
+
+
+def parse_splits(specs: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    """``NAME=FRACTION …`` (by task, so a task's samples never straddle splits) or ``NAME=EXPR …``
+    (first matching expression wins). Returns ("fraction" | "filter", {name: value})."""
+    parsed: dict[str, str] = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        name = name.strip()
+        if not sep or not value.strip():
+            raise ExportError(f"--splits {spec!r}: expected NAME=FRACTION or NAME=EXPR")
+        if not SPLIT_NAME.match(name):
+            raise ExportError(f"--splits: {name!r} is not a valid split name (letters, digits, _ and .)")
+        if name in parsed:
+            raise ExportError(f"--splits: split {name!r} is given twice")
+        parsed[name] = value.strip()
+    fractions: dict[str, float] = {}
+    for name, value in parsed.items():
+        try:
+            fractions[name] = float(value)
+        except ValueError:
+            break
+    if len(fractions) == len(parsed):
+        if any(not (0 < f <= 1) for f in fractions.values()):
+            raise ExportError("--splits: fractions must be in (0, 1]")
+        if not math.isclose(sum(fractions.values()), 1.0, abs_tol=1e-6):
+            raise ExportError(f"--splits: fractions sum to {sum(fractions.values()):g}, not 1")
+        return "fraction", fractions
+    if fractions:
+        raise ExportError("--splits: use fractions for every split or expressions for every split, not both")
+    return "filter", {name: RecordFilter(expr) for name, expr in parsed.items()}
+
+
+def _task_position(task_id: str) -> float:
+    """A task's fixed place in [0, 1): the same task id lands in the same split in every export."""
+    digest = hashlib.sha256(task_id.encode("utf-8", "replace")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def assign_splits(
+    records: Sequence[dict[str, Any]], split_by: str | None, splits: Sequence[str] | None
+) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """Records per split name (in record order) and how many no split took."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    dropped = 0
+    if split_by:
+        known = {*SPLIT_FIELDS, *(k for r in records for k in r)}
+        if split_by not in known:
+            raise ExportError(f"--split-by {split_by!r}: not a record field (or method, policy_id, profile)")
+        names: dict[str, str] = {}
+        for record in records:
+            value = split_field_value(record, split_by)
+            if isinstance(value, dict | list):
+                raise ExportError(
+                    f"--split-by {split_by!r}: the field holds {type(value).__name__}s, not values"
+                )
+            name = split_name(value)
+            if names.setdefault(name, str(value)) != str(value):
+                raise ExportError(
+                    f"--split-by {split_by!r}: values {names[name]!r} and {value!r} "
+                    f"both become split {name!r}"
+                )
+            out[name].append(record)
+    elif splits:
+        kind, spec = parse_splits(splits)
+        if kind == "fraction":
+            bounds = []
+            acc = 0.0
+            for name, frac in spec.items():
+                acc += frac
+                bounds.append((acc, name))
+            for record in records:
+                pos = _task_position(str(record.get("task_id")))
+                name = next((n for b, n in bounds if pos < b), bounds[-1][1])
+                out[name].append(record)
+        else:
+            for record in records:
+                name = next((n for n, flt in spec.items() if flt(record)), None)
+                if name is None:
+                    dropped += 1
+                else:
+                    out[name].append(record)
+    else:
+        out["train"] = list(records)
+    return dict(out), dropped
+
+
+# ---------------------------------------------------------------------------- rows
+
+
+def to_row(record: dict[str, Any], components: Sequence[str], run: str) -> dict[str, Any]:
+    versions = record.get("versions") or {}
+    comps = record.get("reward_components") or {}
+    reward = record.get("reward")
+    row: dict[str, Any] = {
+        "episode_id": str(record.get("episode_id")),
+        "run": run,
+        "task_id": _str_or_none(record.get("task_id")),
+        "task_hash": _str_or_none(record.get("task_hash")),
+        "method": _str_or_none(DERIVED["method"](record)),
+        "policy_id": _str_or_none(versions.get("policy_id")),
+        "input_seq": _str_or_none(record.get("input_seq")),
+        "data": _str_or_none(record.get("data")),
+        "workspace_id": _str_or_none(record.get("workspace_id")),
+        "messages": [
+            {"role": str(m.get("role")), "content": str(m.get("content") or "")}
+            for m in record.get("messages") or []
+        ],
+        # an unscored episode's reward is a placeholder (0.0), never a reward a dataset should average
+        "reward": float(reward)
+        if isinstance(reward, int | float) and record.get("reward_status") == "scored"
+        else None,
+        "reward_status": _str_or_none(record.get("reward_status")),
+        "format_ok": record.get("format_ok") if isinstance(record.get("format_ok"), bool) else None,
+        "gate": _str_or_none(record.get("gate")),
+        "termination": _str_or_none(record.get("termination")),
+        "code_pass": [int(p) for p in record.get("code_pass") or []],
+        "turns": int(record["turns"]) if isinstance(record.get("turns"), int) else None,
+        "error": _str_or_none(record.get("error")),
+    }
+    if components:
+        row["reward_components"] = {c: float(comps[c]) if c in comps else None for c in components}
+    for name in JSON_COLUMNS:
+        value = record.get(name)
+        row[name] = (
+            None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+        )
+    return row
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def arrow_schema(components: Sequence[str]) -> Any:
+    import pyarrow as pa
+
+    fields = [
+        ("episode_id", pa.string()),
+        ("run", pa.string()),
+        ("task_id", pa.string()),
+        ("task_hash", pa.string()),
+        ("method", pa.string()),
+        ("policy_id", pa.string()),
+        ("input_seq", pa.string()),
+        ("data", pa.string()),
+        ("workspace_id", pa.string()),
+        ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("reward", pa.float64()),
+        ("reward_status", pa.string()),
+        ("format_ok", pa.bool_()),
+        ("gate", pa.string()),
+        ("termination", pa.string()),
+        ("code_pass", pa.list_(pa.int64())),
+        ("turns", pa.int64()),
+        ("error", pa.string()),
+    ]
+    if components:
+        fields.append(("reward_components", pa.struct([(c, pa.float64()) for c in components])))
+    fields += [(name, pa.string()) for name in JSON_COLUMNS]
+    return pa.schema(fields)
+
+
+COLUMN_DOCS = {
+    "episode_id": "unique id of the episode (run id, task index, sample index for `rollout` runs)",
+    "run": "the run folder or file the episode came from",
+    "task_id": "the task; samples of one task form a GRPO group",
+    "task_hash": "hash of the task's initial state (reward_spec, input_seq, data, workspace_id)",
+    "method": "`reward_spec.method`: qa, datatask, openresearch or a registered method",
+    "policy_id": "who acted (`versions.policy_id`)",
+    "input_seq": "the task instruction",
+    "data, workspace_id": "the data folder the episode's kernel ran against",
+    "messages": "the conversation, `[{role, content}]`: prompt, policy turns, `<Execute>` observations",
+    "reward": "the episode reward (null unless `reward_status` is `scored`)",
+    "reward_status": "`scored`, `verifier_error` or `environment_error`",
+    "format_ok, gate": "whether the format gate passed, and which check failed",
+    "termination": "how the episode ended (`answer`, `max_turns`, `length`, …)",
+    "code_pass": "per executed cell, 1 if it ran without error",
+    "turns": "policy turns",
+    "error": "why an episode was not scored",
+    "reward_components": "one field per reward component (null where the episode lacks it)",
+    "reward_spec, exec, judge, usage, versions, timings": "the record's nested fields as JSON text "
+    "(`json.loads` them): reward spec, per-cell execution status/time, judge calls and replies, token "
+    "usage, versions manifest, timings",
+}
+
+
+# ---------------------------------------------------------------------------- the card
+
+
+def _md(value: Any) -> str:
+    """Run text inside a Markdown table cell: no markup, no cell breaks."""
+    text = " ".join(str(value).split())
+    for ch, rep in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "'")):
+        text = text.replace(ch, rep)
+    for ch in "*_[]#":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, escape: bool = True) -> list[str]:
+    """A Markdown table; cells are escaped (run data is text) unless they are this module's own prose."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_md(c) if escape else str(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _size_category(n: int) -> str:
+    for limit, name in SIZE_CATEGORIES:
+        if n < limit:
+            return name
+    return "1M<n<10M"
+
+
+def card_metadata(
+    split_counts: dict[str, int],
+    split_bytes: dict[str, int],
+    features: Any,
+    license_id: str,
+    pretty_name: str,
+) -> dict:
+    """The YAML header, as a dict (validated by huggingface_hub's DatasetCardData on write)."""
+    from datasets import DatasetInfo, SplitDict, SplitInfo
+
+    splits = SplitDict()
+    for name, n in split_counts.items():
+        splits.add(SplitInfo(name=name, num_examples=n, num_bytes=split_bytes.get(name, 0)))
+    info_yaml = DatasetInfo(features=features, splits=splits)._to_yaml_dict()
+    return {
+        "license": license_id,
+        "pretty_name": pretty_name,
+        "task_categories": ["text-generation"],
+        "tags": ["deepanalyze", "data-analysis", "agent-trajectories", "reinforcement-learning", "code"],
+        "size_categories": [_size_category(sum(split_counts.values()))],
+        "configs": [
+            {
+                "config_name": "default",
+                "data_files": [{"split": name, "path": f"data/{name}-*"} for name in split_counts],
+            }
+        ],
+        "dataset_info": {"features": info_yaml["features"], "splits": info_yaml["splits"]},
+    }
+
+
+def card_body(
+    *,
+    title: str,
+    records: Sequence[dict[str, Any]],
+    split_counts: dict[str, int],
+    sources: Sequence[dict[str, Any]],
+    keep: str | None,
+    split_rule: str,
+    episodes_in: int,
+    duplicates: Sequence[str],
+    dropped_by_splits: int,
+) -> str:
+    versions = [r.get("versions") or {} for r in records]
+    lines = [f"# {_md(title)}", ""]
+    lines += [
+        "Trajectories of data-analysis agents in the DeepAnalyze protocol (`<Analyze>`, `<Code>`, "
+        "`<Execute>`, `<Answer>` turns), collected with "
+        "deepanalyze-env and exported with `deepanalyze-rl export`. Each row "
+        "is one episode: the conversation, the reward with its components, and how it was scored.",
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        'ds = load_dataset("path/or/hub-id")            # splits: ' + ", ".join(split_counts),
+        "# SFT: the messages column is what TRL's SFTTrainer reads",
+        'sft = ds["' + next(iter(split_counts)) + '"].select_columns(["messages"])',
+        "```",
+        "",
+        "Upload with `hf upload USER/NAME DIR --repo-type dataset` (not done by the export).",
+        "",
+        "## How it was made",
+        "",
+    ]
+    lines += _table(
+        ["source", "run id", "created", "policy", "tasks", "samples", "episodes"],
+        [
+            [
+                s["path"],
+                s.get("run_id", "–"),
+                s.get("created", "–"),
+                s.get("policy", "–"),
+                s.get("tasks", "–"),
+                s.get("samples", "–"),
+                s["episodes"],
+            ]
+            for s in sources
+        ],
+    )
+    lines += [
+        "",
+        f"- episodes read: {episodes_in}; exported: {len(records)}",
+        f"- filter (`--keep`): {'`' + keep.replace('`', chr(39)) + '`' if keep else 'none (every episode)'}",
+        f"- splits: {split_rule}",
+    ]
+    if dropped_by_splits:
+        lines.append(f"- episodes matched by no split expression (left out): {dropped_by_splits}")
+    if duplicates:
+        shown = ", ".join(_md(d) for d in duplicates[:10])
+        lines.append(
+            f"- duplicate episode ids across sources: {len(duplicates)}, kept once (the first source's "
+            f"copy): {shown}{' …' if len(duplicates) > 10 else ''}"
+        )
+    lines += ["", "## Versions", ""]
+    rows = []
+    for key, label in (
+        ("package", "deepanalyze-env"),
+        ("profile", "reward profile"),
+        ("reward_plan", "reward plan fingerprint"),
+        ("judge_model", "judge model"),
+    ):
+        counts = Counter(str(v.get(key)) for v in versions if v.get(key) is not None)
+        rows.append([label, ", ".join(f"{k} ({n})" for k, n in sorted(counts.items())) or "–"])
+    lines += _table(["what", "values (episodes)"], rows)
+    prompts: dict[str, Counter] = defaultdict(Counter)
+    for v in versions:
+        for rubric, digest in (v.get("judge_prompts") or {}).items():
+            prompts[rubric][str(digest)] += 1
+    if prompts:
+        lines += ["", "Judge rubric prompts (sha256):", ""]
+        lines += _table(
+            ["rubric", "prompt hash (episodes)"],
+            [[k, ", ".join(f"{d} ({n})" for d, n in sorted(c.items()))] for k, c in sorted(prompts.items())],
+        )
+    kernel: dict[str, Counter] = defaultdict(Counter)
+    for v in versions:
+        for pkg, ver in (v.get("kernel") or {}).items():
+            kernel[pkg][str(ver)] += 1
+    if kernel:
+        lines += ["", "Kernel packages (the stack the agent's code ran against):", ""]
+        lines += _table(
+            ["package", "version (episodes)"],
+            [
+                [k, ", ".join(f"{ver} ({n})" for ver, n in sorted(c.items()))]
+                for k, c in sorted(kernel.items())
+            ],
+        )
+    policies = Counter(str(v.get("policy_id")) for v in versions)
+    lines += ["", "Policies:", ""]
+    lines += _table(["policy id", "episodes"], sorted(policies.items()))
+    lines += ["", "## Counts", ""]
+    lines += _table(["split", "episodes"], list(split_counts.items()))
+    for label, key in (("reward status", "reward_status"), ("method", None), ("termination", "termination")):
+        counts = Counter(str(DERIVED["method"](r) if key is None else r.get(key)) for r in records)
+        lines += [""]
+        lines += _table([label, "episodes"], sorted(counts.items()))
+    stats = compute_stats(records)
+    lines += ["", "## Statistics (`deepanalyze-rl stats` over the exported episodes)", ""]
+    lines += _table(["metric", "value"], [[k.strip(), v] for k, v in summary_rows(stats)])
+    if stats["components"]:
+        lines += ["", "Reward components (scored episodes):", ""]
+        lines += _table(
+            ["component", "n", "mean"],
+            [[k, v["n"], f"{v['mean']:.4f}"] for k, v in stats["components"].items()],
+        )
+    lines += ["", "## Columns", ""]
+    lines += _table(["column", "meaning"], [[f"`{k}`", v] for k, v in COLUMN_DOCS.items()], escape=False)
+    lines += ["", f"Exported {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- export
+
+
+def _source_info(path: Path, episodes: int) -> dict[str, Any]:
+    info: dict[str, Any] = {"path": str(path), "episodes": episodes}
+    manifest = path / MANIFEST if path.is_dir() else None
+    if manifest is not None and manifest.is_file():
+        data = json.loads(manifest.read_text())
+        info.update(
+            run_id=data.get("run_id"),
+            created=data.get("created"),
+            policy=data.get("policy"),
+            tasks=", ".join(Path(t).name for t in data.get("tasks") or []) or None,
+            samples=data.get("samples"),
+        )
+    return {k: v for k, v in info.items() if v is not None}
+
+
+def export_runs(
+    sources: Sequence[str | Path],
+    out: str | Path,
+    *,
+    keep: str | None = None,
+    split_by: str | None = None,
+    splits: Sequence[str] | None = None,
+    license_id: str = "unknown",
+    pretty_name: str | None = None,
+    shard_rows: int = SHARD_ROWS,
+    rescored: bool = True,
+) -> ExportReport:
+    """Write the dataset folder ``out`` from the runs in ``sources`` (merged; first copy of an id wins)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets import Features
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    if split_by and splits:
+        raise ExportError("--split-by and --splits exclude each other")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f"--out {out} exists and is not an empty folder; choose another")
+    flt = RecordFilter(keep) if keep else None
+    if splits:
+        parse_splits(splits)  # a bad --splits fails before any reading
+    records: list[dict[str, Any]] = []
+    run_of: dict[str, str] = {}
+    source_info = []
+    duplicates: list[str] = []
+    episodes_in = 0
+    for source in sources:
+        path = Path(source)
+        run = load_run(path, rescored=rescored)
+        source_info.append(_source_info(path, len(run.records)))
+        for record in run.records:
+            episodes_in += 1
+            eid = str(record.get("episode_id"))
+            if eid in run_of:
+                duplicates.append(eid)
+                continue
+            run_of[eid] = str(path)
+            records.append(record)
+    if not records:
+        raise ExportError(f"{', '.join(map(str, sources))}: no episode records")
+    if duplicates:
+        log.warning("%d duplicate episode ids across the runs; kept the first copy of each", len(duplicates))
+    if flt is not None:
+        records = [r for r in records if flt(r)]
+        if not records:
+            raise ExportError(
+                f"--keep {keep!r} keeps none of the {len(run_of)} episodes; nothing to export "
+                "(check the expression with `deepanalyze-rl stats` or `view`)"
+            )
+    by_split, dropped = assign_splits(records, split_by, splits)
+    if not by_split:
+        raise ExportError("--splits: no episode matches any split expression; nothing to export")
+
+    components = sorted({c for r in records for c in (r.get("reward_components") or {})})
+    schema = arrow_schema(components)
+    features = Features.from_arrow_schema(schema)
+    split_counts = {name: len(rows) for name, rows in by_split.items()}
+    title = pretty_name or "DeepAnalyze agent trajectories"
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    shards: list[Path] = []
+    split_bytes: dict[str, int] = defaultdict(int)
+    try:
+        (tmp / "data").mkdir()
+        for name, rows in by_split.items():
+            n_shards = max(1, math.ceil(len(rows) / shard_rows))
+            for i in range(n_shards):
+                chunk = rows[i * shard_rows : (i + 1) * shard_rows]
+                table = pa.Table.from_pylist(
+                    [to_row(r, components, run_of[str(r.get("episode_id"))]) for r in chunk], schema=schema
+                )
+                rel = Path("data") / f"{name}-{i:05d}-of-{n_shards:05d}.parquet"
+                pq.write_table(table, tmp / rel)
+                shards.append(out / rel)
+                split_bytes[name] += table.nbytes  # what datasets reports as a split's num_bytes
+        metadata = card_metadata(split_counts, split_bytes, features, license_id, title)
+        card_data = DatasetCardData(**metadata)  # the card classes the Hub uses check the header shape
+        body = card_body(
+            title=title,
+            records=[r for rows in by_split.values() for r in rows],
+            split_counts=split_counts,
+            sources=source_info,
+            keep=keep,
+            split_rule=_split_rule(split_by, splits),
+            episodes_in=episodes_in,
+            duplicates=duplicates,
+            dropped_by_splits=dropped,
+        )
+        card = DatasetCard(f"---\n{card_data.to_yaml()}\n---\n\n{body}")
+        card.save(tmp / "README.md")
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ExportReport(out, episodes_in, split_counts, shards, duplicates, dropped)
+
+
+def _split_rule(split_by: str | None, splits: Sequence[str] | None) -> str:
+    if split_by:
+        return f"one split per value of `{split_by}`"
+    if splits:
+        kind, _ = parse_splits(splits)
+        rule = (
+            "by task (every sample of a task in one split), fractions"
+            if kind == "fraction"
+            else "first match of"
+        )
+        return f"{rule} " + ", ".join(f"`{s.replace('`', chr(39))}`" for s in splits)
+    return "one split, `train`"

@@ -1,0 +1,187 @@
+"""Write a run's episodes as one self-contained HTML page (``deepanalyze-rl view``).
+
+The page is the template beside this module with the stylesheet, the script and the data
+inlined. It loads nothing: a Content-Security-Policy allows exactly the one inline script and
+the one inline style (by their sha256), no connections, images, fonts, frames or forms — so
+even a bug that let policy text become markup could neither run code nor reach the network.
+Data sits in ``<script type="application/json">`` elements, which browsers never execute:
+the index first (the run page renders from it while the bodies below are still parsing),
+then one element per episode body, parsed only when that episode is opened.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deepanalyze_env.core.records import load_run, read_records
+from deepanalyze_env.offline.filters import RecordFilter
+from deepanalyze_env.offline.rundir import KEPT_FILE, MANIFEST
+from deepanalyze_env.offline.stats import compute_stats, summary_rows
+from deepanalyze_env.offline.viewer.highlight import CLASSES
+from deepanalyze_env.offline.viewer.payload import INDEX_COLUMNS, Payload, script_json
+
+HERE = Path(__file__).resolve().parent
+HISTOGRAM_BINS = 20
+_PLACEHOLDER = re.compile(r"\{\{[A-Z]+\}\}")
+
+
+class ViewError(ValueError):
+    """The run cannot be shown; the message says why."""
+
+
+@dataclass
+class ViewReport:
+    path: Path
+    episodes: int
+    bytes: int
+    record_bytes: int  # size of the records shown, as JSON lines (the page's size yardstick)
+    kept_source: str | None
+    fixed_bytes: int = 0  # the page itself (template, style, script), whatever the run's size
+
+    @property
+    def ratio(self) -> float:
+        """Bytes of the page's episode data per byte of records."""
+        return (self.bytes - self.fixed_bytes) / self.record_bytes if self.record_bytes else 0.0
+
+
+def _kept_ids(
+    run: Path, records: Sequence[dict[str, Any]], keep: str | None
+) -> tuple[set[str] | None, str | None]:
+    """Which episodes count as kept: ``--keep`` if given, else the run's kept.jsonl, else its
+    manifest's ``keep`` expression; ``None`` when the run says nothing about keeping."""
+    if keep:
+        flt = RecordFilter(keep)
+        return {str(r.get("episode_id")) for r in records if flt(r)}, f"--keep {keep}"
+    if run.is_dir() and (run / KEPT_FILE).is_file():
+        return {str(r.get("episode_id")) for r in read_records(run / KEPT_FILE)}, KEPT_FILE
+    manifest = run / MANIFEST if run.is_dir() else None
+    if manifest is not None and manifest.is_file():
+        expr = json.loads(manifest.read_text()).get("keep")
+        if expr:
+            flt = RecordFilter(expr)
+            return {str(r.get("episode_id")) for r in records if flt(r)}, f"run keep: {expr}"
+    return None, None
+
+
+def reward_histogram(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    rewards = [float(r["reward"]) for r in records if r.get("reward_status") == "scored"]
+    if not rewards:
+        return {"edges": [], "counts": []}
+    lo, hi = min(rewards), max(rewards)
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    counts, edges = np.histogram(rewards, bins=HISTOGRAM_BINS, range=(lo, hi))
+    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
+
+
+def _csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode() + "'"
+
+
+def render_page(title: str, meta: dict[str, Any], payload: Payload) -> str:
+    """The HTML text: template + inlined css/js + data elements."""
+    template = (HERE / "template.html").read_text(encoding="utf-8")
+    css = (HERE / "viewer.css").read_text(encoding="utf-8")
+    js = (HERE / "viewer.js").read_text(encoding="utf-8")
+    csp = (
+        "default-src 'none'; "
+        f"script-src {_csp_hash(js)}; "
+        f"style-src {_csp_hash(css)}; "
+        "img-src 'none'; font-src 'none'; connect-src 'none'; media-src 'none'; object-src 'none'; "
+        "frame-src 'none'; worker-src 'none'; manifest-src 'none'; base-uri 'none'; form-action 'none'"
+    )
+    bodies = "\n".join(
+        f'<script type="application/json" id="b{i}">{body}</script>' for i, body in enumerate(payload.bodies)
+    )
+    index = {"columns": list(INDEX_COLUMNS), "rows": payload.index, "shared": payload.shared}
+    replacements = {
+        "{{CSP}}": html.escape(csp, quote=True),
+        "{{TITLE}}": html.escape(title),
+        "{{CSS}}": css,
+        "{{JS}}": js,
+        "{{META}}": script_json(meta),
+        "{{INDEX}}": script_json(index),
+        "{{BODIES}}": bodies,
+    }
+    # one pass: a value is never scanned for placeholders, so data cannot inject one
+    return _PLACEHOLDER.sub(lambda m: replacements[m.group(0)], template)
+
+
+def build_view(
+    sources: Sequence[str | Path],
+    out: str | Path,
+    *,
+    keep: str | None = None,
+    rescored: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> ViewReport:
+    """Load the runs in ``sources`` and write the page to ``out``.
+
+    ``progress(done, total)`` is called as episodes are laid out (lexing code cells is the slow
+    part), so the command can show a bar on long runs.
+    """
+    payload = Payload()
+    all_records: list[dict[str, Any]] = []
+    source_names: list[str] = []
+    kept_sources: list[str] = []
+    record_bytes = 0
+    seen: set[str] = set()
+    duplicates = 0
+    runs = [(Path(source), load_run(Path(source), rescored=rescored)) for source in sources]
+    total = sum(len(run.records) for _, run in runs)
+    done = 0
+    for s, (path, run) in enumerate(runs):
+        kept, kept_source = _kept_ids(path, run.records, keep)
+        if kept_source:
+            kept_sources.append(kept_source)
+        source_names.append(str(path))
+        for record in run.records:
+            done += 1
+            if progress is not None and (done % 100 == 0 or done == total):
+                progress(done, total)
+            eid = str(record.get("episode_id"))
+            if eid in seen:
+                duplicates += 1
+                continue
+            seen.add(eid)
+            all_records.append(record)
+            record_bytes += (
+                len(json.dumps(record, ensure_ascii=False, default=str).encode("utf-8", "replace")) + 1
+            )
+            payload.add(record, kept=None if kept is None else eid in kept, source=s)
+    if not all_records:
+        raise ViewError(f"{', '.join(map(str, sources))}: no episode records")
+    stats = compute_stats(all_records)
+    meta = {
+        "title": ", ".join(source_names),
+        "sources": source_names,
+        "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "kept_source": "; ".join(sorted(set(kept_sources))) or None,
+        "duplicates": duplicates,
+        "summary": summary_rows(stats),
+        "components": stats["components"],
+        "status_counts": stats["status_counts"],
+        "termination_counts": stats["termination_counts"],
+        "episodes": stats["episodes"],
+        "histogram": reward_histogram(all_records),
+        "highlight_classes": list(CLASSES),
+    }
+    page = render_page(f"episodes: {meta['title']}", meta, payload)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(out)
+    fixed = sum(len((HERE / name).read_bytes()) for name in ("template.html", "viewer.css", "viewer.js"))
+    return ViewReport(out, len(all_records), out.stat().st_size, record_bytes, meta["kept_source"], fixed)

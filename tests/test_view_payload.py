@@ -1,0 +1,104 @@
+"""What the viewer page embeds, without a browser: tag segments, highlighting runs, safe JSON."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from deepanalyze_env.offline.viewer.highlight import CLASSES, code_runs, python_runs
+from deepanalyze_env.offline.viewer.payload import Payload, join_segments, script_json, segments
+
+PIECES = [
+    "<Analyze>",
+    "</Analyze>",
+    "<Code>",
+    "</Code>",
+    "<Execute>",
+    "</Execute>",
+    "<Answer>",
+    "</Answer>",
+    "<Other>",
+    "x",
+    "\n",
+    " ",
+    "<",
+    ">",
+    "/",
+    "😀",
+    "print(1)",
+]
+
+
+@given(st.lists(st.sampled_from(PIECES), max_size=30).map("".join))
+def test_segments_join_back_to_the_text(text: str):
+    assert join_segments(segments(text)) == text
+
+
+def test_segments_name_tags_and_mark_a_cut_turn():
+    segs = segments("hi <Analyze>a</Analyze>\n<Code>\n```python\nimport os\n```\n</Code> <Answer>B")
+    assert [(s["t"], s["s"], s.get("o", False)) for s in segs] == [
+        ("", "hi ", False),
+        ("Analyze", "a", False),
+        ("", "\n", False),
+        ("Code", "\n```python\nimport os\n```\n", False),
+        ("", " ", False),
+        ("Answer", "B", True),
+    ]
+    assert "h" in segs[3] and "h" not in segs[1]
+
+
+def _pieces(text: str, runs: list[int]) -> list[tuple[str, str]]:
+    """Cut ``text`` the way the page does: by UTF-16 code units."""
+    units = text.encode("utf-16-le")
+    out, pos = [], 0
+    for cls, length in zip(runs[::2], runs[1::2], strict=True):
+        out.append((CLASSES[cls], units[2 * pos : 2 * (pos + length)].decode("utf-16-le")))
+        pos += length
+    assert 2 * pos == len(units)
+    return out
+
+
+def test_highlight_runs_count_utf16_units_like_javascript():
+    code = "print('😀')  # ok"
+    assert _pieces(code, python_runs(code)) == [
+        ("bi", "print"),
+        ("", "("),
+        ("str", "'😀'"),
+        ("", ")  "),
+        ("com", "# ok"),
+    ]
+
+
+def test_fence_lines_stay_plain_and_the_body_is_python():
+    cell = "\n```python\nimport os\nx = 1\n```\n"
+    pieces = _pieces(cell, code_runs(cell))
+    assert pieces[0] == ("", "\n```python\n") and pieces[1] == ("kw", "import")
+    assert pieces[-1] == ("", "\n```\n") and ("num", "1") in pieces
+
+
+def test_script_json_cannot_close_its_element():
+    value = {"a": "</script><script>alert(1)</script><!--", "b": "\u2028"}
+    text = script_json(value)
+    assert "<" not in text and json.loads(text) == value
+
+
+def test_weights_come_from_the_plan_and_say_when_they_may_differ():
+    from deepanalyze_env.core.profiles import PROFILES
+
+    spec = {"method": "qa", "ground_truth": "B"}
+    fingerprint = PROFILES["v1"].build_plan(spec).fingerprint()
+    record = {"reward_spec": spec, "versions": {"profile": "v1", "reward_plan": fingerprint}}
+    # the qa method: accuracy and the judge's analysis score count equally, exact match is reported only
+    assert Payload().weights(record) == ({"qa_accuracy": 1.0, "qa_analysis": 1.0, "qa_exact": 0.0}, "plan")
+    changed = {**record, "versions": {"profile": "v1", "reward_plan": "0000000000000000"}}
+    assert Payload().weights(changed)[1] == "recomputed"
+    upstream = PROFILES["upstream"].build_plan(spec).fingerprint()
+    mean = {
+        "reward_spec": spec,
+        "versions": {"profile": "upstream", "reward_plan": upstream},
+        "reward_components": {"qa_acc_reward": 1.0, "qa_analysisc_reward": 0.5},
+    }
+    assert Payload().weights(mean) == ({"qa_acc_reward": 1.0, "qa_analysisc_reward": 1.0}, "plan")
+    assert Payload().weights({"reward_spec": {"method": "nosuch"}, "versions": {}}) == (None, "unknown")
