@@ -23,7 +23,13 @@ from deepanalyze_env.models import resolve_model
 from deepanalyze_env.recipes import Recipe
 from deepanalyze_env.records import read_records
 from deepanalyze_env.tasks import load_rows
-from deepanalyze_env.trl_rollout import DeepAnalyzeRollout, RolloutStats, environment_reward, trl_dataset_rows
+from deepanalyze_env.trl_rollout import (
+    DeepAnalyzeRollout,
+    RolloutStats,
+    environment_reward,
+    token_rules,
+    trl_dataset_rows,
+)
 
 log = logging.getLogger(__name__)
 console = Console()
@@ -56,6 +62,11 @@ def _grpo_config(recipe: Recipe, out: Path, cuda: bool):
     args.setdefault("mask_truncated_completions", not recipe.rollout.get("score_truncated", False))
     if args.get("use_vllm"):
         gen = dict(args.get("generation_kwargs") or {})
+        if "max_tokens" in gen:
+            raise ConfigError(
+                f"{recipe.source}: trl.generation_kwargs.max_tokens would override every turn's cap; "
+                "set rollout.max_turn_tokens (per turn) and trl.max_completion_length (per episode)"
+            )
         gen.setdefault("stop", ["</Code>", "</Answer>"])
         gen.setdefault("include_stop_str_in_output", True)
         args["generation_kwargs"] = gen
@@ -168,27 +179,38 @@ def train_trl(recipe: Recipe) -> int:
         raise ConfigError(f"backend trl needs the trl extra: pip install -e '.[trl]' ({exc})")
 
     out = Path(recipe.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in ("metrics.jsonl", "episodes.jsonl"):
-        (out / stale).unlink(missing_ok=True)
     cuda = torch.cuda.is_available()
     config = _grpo_config(recipe, out, cuda)  # the cheapest check first
     model_dir = resolve_model(recipe.model)
     env_config = dict(recipe.env)
-    if not env_config.get("records_dir"):  # our own folder: start it empty so runs never mix
+    own_records = not env_config.get("records_dir")
+    if own_records:
         env_config["records_dir"] = str(out / "records")
-        for old in (out / "records").glob("episodes-*.jsonl"):
-            old.unlink()
     records_dir = Path(env_config["records_dir"])
     _judge_defaults(env_config, model_dir)
     rows = load_rows(recipe.data, env_config.get("workspace_root"))
     if not rows:
         raise ConfigError(f"{recipe.source}: the data files hold no tasks")
     rollout = DeepAnalyzeRollout(rows, env_config, **recipe.rollout)
-
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    try:
+        rules = token_rules(tokenizer)
+    except ValueError as exc:
+        raise ConfigError(f"{recipe.source}: {exc}")
+    if config.use_vllm and rules.stop_ids:  # special tag tokens: vLLM's stop strings never see them
+        gen = dict(config.generation_kwargs or {})
+        gen["stop_token_ids"] = list(dict.fromkeys([*(gen.get("stop_token_ids") or []), *rules.stop_ids]))
+        config.generation_kwargs = gen
+
+    # Everything is validated: only now does the run touch its output folder.
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("metrics.jsonl", "episodes.jsonl"):
+        (out / stale).unlink(missing_ok=True)
+    if own_records:  # our own folder: start it empty so runs never mix
+        for old in (out / "records").glob("episodes-*.jsonl"):
+            old.unlink()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if not cuda else "auto")
     trainer = trl.GRPOTrainer(
         model=model,
