@@ -16,8 +16,9 @@ generate to EOS each turn.
 How a turn ends (README "Training with TRL"): at the token that completes a stop tag (the turn is
 stepped; tokens after it are dropped, a token such as ``>\n`` that completes the tag is kept
 whole), at the tokenizer's EOS without a tag (the episode ends there, ``termination: "eos"``;
-the sampled EOS is its last token), or at a token limit without either (the episode ends for
-``length`` without a step). Every generated token fits in ``max_completion_length`` with one
+the sampled EOS is its last token), or at a token limit without either: the episode's budget
+ends it for ``length`` without a step; ``max_turn_tokens`` alone cuts the turn, which is then
+stepped as it stands (SkyRL's per-turn generation limit behaves the same way). Every generated token fits in ``max_completion_length`` with one
 token to spare for the EOS a finished episode ends with.
 
 Several processes generate in lockstep (:func:`lockstep_generate`): TRL's vLLM server mode (and
@@ -481,10 +482,13 @@ class DeepAnalyzeRollout:
         ids = list(out.ids[:cap])
         logprobs = list(out.logprobs[:cap]) if out.logprobs is not None else None
         keep, end = split_turn(tok, ids, eos)
+        out_of_room = cap >= self._room(ep, budget)  # this turn's limit was the episode's budget
         ep.add(ids[:keep], 1, logprobs[:keep] if logprobs is not None else None)
-        if end == "length":  # cut by a token limit: an unfinished action is never stepped
+        if end == "length" and out_of_room:  # an action cut by the budget is never stepped
             ep.final = self._end_for_length(ep)
             return
+        # A turn cut by max_turn_tokens alone is stepped as it stands (a no-code turn unless it
+        # holds an answer), as SkyRL's generator does with its per-turn generation limit.
         text = env_text(tok, ids[:keep])
         step = ep.env.end_with_eos(text) if end == "eos" else ep.env.step(text)
         if step["done"]:

@@ -97,23 +97,30 @@ def records(env_config) -> list[dict]:
 # ---------------------------------------------------------------- defect 1: length cuts
 
 
-@pytest.mark.parametrize("where", ["episode budget in the last turn", "per-turn cap"])
-def test_turn_cut_by_a_token_limit_ends_the_episode_for_length_without_a_step(
-    smollm2_tokenizer, env_config, where
-):
+def test_turn_cut_by_the_budget_ends_the_episode_for_length_without_a_step(smollm2_tokenizer, env_config):
     tok = smollm2_tokenizer
-    env_config["max_turns"] = 1 if where.startswith("episode") else 3
-    budget = 40 if where.startswith("episode") else 4096
-    turn_cap = None if where.startswith("episode") else 24
-    out = run(tok, [ids_of(tok, RAMBLE)], env_config, budget=budget, max_turn_tokens=turn_cap)
+    env_config["max_turns"] = 1  # the last allowed turn: a step would close it as max_turns, scored
+    budget = 40
+    out = run(tok, [ids_of(tok, RAMBLE)], env_config, budget=budget)
     completion = out["completion_ids"][0]
     assert out["termination"] == ["length"]
     assert out["env_reward"] == [None]  # masked, as the README promises
-    assert len(completion) <= budget - 1  # never budget + 1; one token stays free for an EOS
+    assert len(completion) == budget - 1  # never budget + 1; one token stays free for an EOS
     assert completion[-1] != tok.eos_token_id  # TRL sees it as truncated
     assert tok.decode(completion).startswith("<Analyze>let me think")
     [record] = records(env_config)
     assert record["termination"] == "length" and record["turns"] == 0  # the cut turn was not stepped
+
+
+def test_turn_cut_by_max_turn_tokens_alone_is_stepped_as_it_stands(smollm2_tokenizer, env_config):
+    tok = smollm2_tokenizer
+    out = run(tok, [ids_of(tok, RAMBLE), ids_of(tok, ANSWER_TURN)], env_config, max_turn_tokens=24)
+    completion, mask = out["completion_ids"][0], out["env_mask"][0]
+    assert completion[:24] == ids_of(tok, RAMBLE)[:24] and mask[:24] == [1] * 24
+    assert mask[24] == 0 and "No code was found" in tok.decode(completion[24:])
+    assert out["termination"] == ["answer"] and out["env_reward"] == [1.0]
+    [record] = records(env_config)
+    assert record["turns"] == 2 and record["exec"][0]["status"] == "no_code"
 
 
 def test_finished_episode_with_its_eos_fits_in_the_budget(smollm2_tokenizer, env_config):
