@@ -76,6 +76,17 @@ def _grpo_config(recipe: Recipe, out: Path, cuda: bool):
         raise ConfigError(f"{recipe.source}: bad trl setting: {exc}")
 
 
+def add_stop_token_ids(config: Any, tokenizer: Any) -> None:
+    """Closing tags that are special tokens (DeepAnalyze's tokenizer) end a vLLM turn by id: vLLM
+    matches stop strings against text that skips special tokens, so ``</Code>`` would never fire.
+    Raises ValueError for a tokenizer whose stop tags cannot end a turn at all."""
+    rules = token_rules(tokenizer)
+    if getattr(config, "use_vllm", False) and rules.stop_ids:
+        gen = dict(config.generation_kwargs or {})
+        gen["stop_token_ids"] = list(dict.fromkeys([*(gen.get("stop_token_ids") or []), *rules.stop_ids]))
+        config.generation_kwargs = gen
+
+
 def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any]) -> Table:
     table = Table(
         title=f"step {step}: {stats.episodes} episodes in {stats.seconds:.1f}s", title_justify="left"
@@ -196,13 +207,9 @@ def train_trl(recipe: Recipe) -> int:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     try:
-        rules = token_rules(tokenizer)
+        add_stop_token_ids(config, tokenizer)
     except ValueError as exc:
         raise ConfigError(f"{recipe.source}: {exc}")
-    if config.use_vllm and rules.stop_ids:  # special tag tokens: vLLM's stop strings never see them
-        gen = dict(config.generation_kwargs or {})
-        gen["stop_token_ids"] = list(dict.fromkeys([*(gen.get("stop_token_ids") or []), *rules.stop_ids]))
-        config.generation_kwargs = gen
 
     # Everything is validated: only now does the run touch its output folder.
     out.mkdir(parents=True, exist_ok=True)

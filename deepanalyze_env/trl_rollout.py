@@ -18,8 +18,9 @@ stepped; tokens after it are dropped, a token such as ``>\n`` that completes the
 whole), at the tokenizer's EOS without a tag (the episode ends there, ``termination: "eos"``;
 the sampled EOS is its last token), or at a token limit without either: the episode's budget
 ends it for ``length`` without a step; ``max_turn_tokens`` alone cuts the turn, which is then
-stepped as it stands (SkyRL's per-turn generation limit behaves the same way). Every generated token fits in ``max_completion_length`` with one
-token to spare for the EOS a finished episode ends with.
+stepped as it stands (SkyRL's per-turn generation limit behaves the same way). Every generated
+token fits in ``max_completion_length`` with one token to spare for the EOS a finished episode
+ends with.
 
 Several processes generate in lockstep (:func:`lockstep_generate`): TRL's vLLM server mode (and
 colocate with tensor parallelism, and transformers generation under ZeRO-3/FSDP) are collectives
