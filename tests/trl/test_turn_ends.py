@@ -242,3 +242,38 @@ def test_tags_that_are_special_tokens_reach_the_env_and_frame_observations(
     assert tag_id["<Execute>"] in observed and tag_id["</Execute>"] in observed
     [record] = records(env_config)
     assert record["exec"][0]["status"] == "ok" and record["code_pass"] == [1]
+
+
+def test_transformers_generation_stops_on_a_special_closing_tag(fresh_smollm2_tokenizer, smollm2_dir):
+    """The real SmolLM2 through ``transformers_turns``: ``sequence_bias`` makes ``</Code>`` (a
+    special token here) its first greedy choice; generation must end right there."""
+    torch = pytest.importorskip("torch")
+    from accelerate import Accelerator
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    from deepanalyze_env.trl_rollout import env_text, transformers_turns
+
+    tok = fresh_smollm2_tokenizer
+    tok.add_special_tokens({"additional_special_tokens": TAGS})
+    close = tok.convert_tokens_to_ids("</Code>")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32)
+    model.resize_token_embeddings(len(tok))
+    trainer = SimpleNamespace(
+        processing_class=tok,
+        model_wrapped=model,
+        accelerator=Accelerator(cpu=True),
+        generation_config=GenerationConfig(
+            do_sample=False,
+            sequence_bias={(close,): 100.0},
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        ),
+        generation_kwargs=None,
+        args=SimpleNamespace(gradient_checkpointing_kwargs=None, ds3_gather_for_generation=True),
+        eos_token_ids=[tok.eos_token_id],
+    )
+    context = tok.encode("<Code>\nprint(1)\n", add_special_tokens=False)
+    [out] = transformers_turns(trainer, [context], [12])
+    assert out.ids == [close]
+    assert env_text(tok, context + out.ids) == "<Code>\nprint(1)\n</Code>"  # the tag survives decoding
