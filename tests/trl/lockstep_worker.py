@@ -29,7 +29,7 @@ MINE = {0: ["r0e0"], 1: ["r1e0", "r1e1"]}
 
 def main(out_dir: str) -> None:
     accelerator = Accelerator(
-        cpu=True, kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=20))]
+        cpu=True, kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=120))]
     )
     rank = accelerator.process_index
     tok = build_tiny_tokenizer()

@@ -54,7 +54,7 @@ def test_ranks_with_uneven_episodes_generate_in_lockstep(tmp_path):
     logs = []
     for proc in procs:
         try:
-            logs.append(proc.communicate(timeout=240)[0])
+            logs.append(proc.communicate(timeout=600)[0])
         except subprocess.TimeoutExpired:
             for p in procs:
                 p.kill()
