@@ -33,6 +33,7 @@ import copy
 import logging
 import math
 import uuid
+import weakref
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -99,14 +100,19 @@ class TokenRules:
     special_tags: frozenset[str]
 
 
-_RULES: dict[int, TokenRules] = {}
+_RULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def token_rules(tok: Any) -> TokenRules:
-    key = id(tok)
-    if key not in _RULES:
-        _RULES[key] = _read_rules(tok)
-    return _RULES[key]
+    """Cached per tokenizer object and vocabulary size (adding tokens reads the rules again)."""
+    try:
+        cached = _RULES.get(tok)
+    except TypeError:  # not weak-referenceable: read every time (a dozen encodes)
+        return _read_rules(tok)
+    if cached is None or cached[0] != len(tok):
+        cached = (len(tok), _read_rules(tok))
+        _RULES[tok] = cached
+    return cached[1]
 
 
 def _read_rules(tok: Any) -> TokenRules:
