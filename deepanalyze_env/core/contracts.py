@@ -24,9 +24,10 @@ could not produce a score (judge outage, unparsable reply). ``environment_error`
 infrastructure fault from outside the episode (worker killed while idle, workspace copy
 failed). Trainers keep the two error statuses out of the gradient."""
 
-Termination = Literal["answer", "max_turns", "length", "error"]
-"""Why the episode ended: an ``<Answer>`` block, the turn limit, a trainer's token budget, or
-an infrastructure fault mid-episode (with ``environment_error``)."""
+Termination = Literal["answer", "max_turns", "length", "eos", "error"]
+"""Why the episode ended: an ``<Answer>`` block, the turn limit, a trainer's token budget, the
+policy's end-of-sequence token without a closing tag (TRL), or an infrastructure fault
+mid-episode (with ``environment_error``)."""
 
 ExecStatus = Literal["ok", "error", "timeout", "crashed", "no_code", "skipped"]
 """Outcome of one code turn: ran cleanly; raised; hit ``timeout_s``; its process died (the

@@ -230,6 +230,22 @@ class DeepAnalyzeEnv(BaseTextEnv):
             log.exception("internal error in step()")
             return self._finish("error", cut, infra_error=f"internal error: {type(exc).__name__}: {exc}")
 
+    def end_with_eos(self, action: str) -> BaseTextEnvStepOutput:
+        """The policy ended its message with EOS and no stop tag: record the turn and end the episode
+        (``termination: "eos"``; ``answer``/``error`` when those apply). EOS hands the turn back;
+        treating it as a code turn would put an observation after an end-of-message token.
+        """
+        if self.final_metadata is not None:
+            return self.step("")
+        self.turns += 1
+        text = action if isinstance(action, str) else str(action)
+        cut = self.profile.truncate(text)
+        self.policy_turns.append(cut)
+        self.messages.append({"role": "assistant", "content": cut})
+        if self._infra_error:
+            return self._finish("error", cut, infra_error=self._infra_error)
+        return self._finish("answer" if self.profile.has_answer(cut) else "eos", cut)
+
     def end_for_length(self) -> BaseTextEnvStepOutput:
         """End the episode because a trainer's token budget ran out (``termination: "length"``).
 

@@ -120,3 +120,89 @@ def test_shipped_trl_recipes_are_valid(name):
     config = _grpo_config(recipe, root / "runs" / "unused", cuda=False)
     assert config.num_generations >= 4 and config.temperature == 1.0
     assert config.mask_truncated_completions is True
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"trl": {"learnin_rate": 1}}, "learnin_rate"),
+        ({"env": {"workspace_root": "no/such/root"}}, "workspace folder does not exist"),
+        ({"trl": {"use_vllm": True, "generation_kwargs": {"max_tokens": 512}}}, "max_turn_tokens"),
+    ],
+)
+def test_a_bad_recipe_leaves_no_output_folder(tmp_path, capsys, change, message):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        json.dumps(
+            {
+                "id": "q1",
+                "method": "qa_plain",
+                "instruction": "Which store?",
+                "data": "data",
+                "workspace_id": "ws",
+                "reward_spec": {"method": "qa_plain", "ground_truth": "B"},
+            }
+        )
+        + "\n"
+    )
+    out = tmp_path / "run"
+    tree = {**BASE, "output_dir": str(out), "data": [str(tasks)], **change}
+    assert main(["train", str(write(tmp_path, tree))]) == 2
+    assert message in capsys.readouterr().out
+    assert not out.exists()
+
+
+def test_recipe_chat_template_kwargs_reach_the_episode_prompt(fresh_smollm2_tokenizer, workspace_root):
+    from types import SimpleNamespace
+
+    from deepanalyze_env.trainers.trl.rollout import DeepAnalyzeRollout, Generated, trl_prompt
+    from tests.conftest import qa_extras
+
+    tok = fresh_smollm2_tokenizer
+    tok.chat_template = (  # Qwen3's switch, reduced to what matters here
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}"
+        "<think>\n\n</think>\n\n{% endif %}"
+    )
+    row = {"prompt": [{"role": "user", "content": "Which store?"}], "task_id": "t", **qa_extras()}
+    answer = tok.encode("<Analyze>a</Analyze><Answer>Answer: B</Answer>", add_special_tokens=False)
+    rollout = DeepAnalyzeRollout(
+        [row],
+        {"workspace_root": str(workspace_root)},
+        generator=lambda trainer, contexts, caps: [Generated(answer, None) for _ in contexts],
+    )
+    trainer = SimpleNamespace(
+        processing_class=tok,
+        args=SimpleNamespace(max_completion_length=256),
+        eos_token_ids=[tok.eos_token_id],
+        chat_template_kwargs={"enable_thinking": False},  # GRPOTrainer's copy of the recipe's setting
+    )
+    out = rollout([trl_prompt(row)], trainer)
+    assert tok.decode(out["prompt_ids"][0]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_special_tag_tokens_become_vllm_stop_token_ids(fresh_smollm2_tokenizer):
+    from types import SimpleNamespace
+
+    from deepanalyze_env.trainers.trl.train import add_stop_token_ids
+
+    tok = fresh_smollm2_tokenizer
+    tok.add_special_tokens({"additional_special_tokens": ["<Code>", "</Code>", "<Answer>", "</Answer>"]})
+    config = SimpleNamespace(use_vllm=True, generation_kwargs={"stop": ["</Code>", "</Answer>"]})
+    add_stop_token_ids(config, tok)
+    expected = [tok.convert_tokens_to_ids("</Code>"), tok.convert_tokens_to_ids("</Answer>")]
+    assert config.generation_kwargs == {"stop": ["</Code>", "</Answer>"], "stop_token_ids": expected}
+    plain = SimpleNamespace(use_vllm=True, generation_kwargs={"stop": ["</Code>"]})
+    add_stop_token_ids(plain, fresh_smollm2_tokenizer.__class__.from_pretrained(tok.name_or_path))
+    assert plain.generation_kwargs == {"stop": ["</Code>"]}  # ordinary tags: stop strings suffice
+
+
+def test_stop_tag_split_across_special_and_ordinary_tokens_is_refused(fresh_smollm2_tokenizer):
+    from types import SimpleNamespace
+
+    from deepanalyze_env.trainers.trl.train import add_stop_token_ids
+
+    tok = fresh_smollm2_tokenizer
+    tok.add_special_tokens({"additional_special_tokens": ["</Co"]})
+    with pytest.raises(ValueError, match="splits the stop tag '</Code>'"):
+        add_stop_token_ids(SimpleNamespace(use_vllm=True, generation_kwargs={}), tok)

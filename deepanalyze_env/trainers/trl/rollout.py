@@ -12,6 +12,19 @@ Generation goes through the trainer's own backends: with vLLM, ``trainer._genera
 ``generation_kwargs``); with transformers, the unwrapped model's ``generate`` with a stop-string
 criterion, because TRL's transformers path cannot stop on ``</Code>`` (several tokens) and would
 generate to EOS each turn.
+
+How a turn ends (README "Training with TRL"): at the token that completes a stop tag (the turn is
+stepped; tokens after it are dropped, a token such as ``>\n`` that completes the tag is kept
+whole), at the tokenizer's EOS without a tag (the episode ends there, ``termination: "eos"``;
+the sampled EOS is its last token), or at a token limit without either: the episode's budget
+ends it for ``length`` without a step; ``max_turn_tokens`` alone cuts the turn, which is then
+stepped as it stands (SkyRL's per-turn generation limit behaves the same way). Every generated
+token fits in ``max_completion_length`` with one token to spare for the EOS a finished episode
+ends with.
+
+Several processes generate in lockstep (:func:`lockstep_generate`): TRL's vLLM server mode (and
+colocate with tensor parallelism, and transformers generation under ZeRO-3/FSDP) are collectives
+that every rank must join with lists of the same length.
 """
 
 from __future__ import annotations
@@ -20,11 +33,13 @@ import copy
 import logging
 import math
 import uuid
+import weakref
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.env import DeepAnalyzeEnv
@@ -34,11 +49,28 @@ log = logging.getLogger(__name__)
 
 TASK_KEY = "task_id"  # carried inside the prompt's first message: TRL passes only prompts
 
+# Tags of the protocol. Some tokenizers (DeepAnalyze's) hold them as special tokens; decoding for
+# the env must keep them while dropping other special tokens such as EOS.
+PROTOCOL_TAGS = (
+    "<Analyze>",
+    "</Analyze>",
+    "<Understand>",
+    "</Understand>",
+    "<Code>",
+    protocol.CODE_CLOSE,
+    "<Execute>",
+    "</Execute>",
+    protocol.ANSWER_OPEN,
+    protocol.ANSWER_CLOSE,
+    "<think>",
+    "</think>",
+)
+
 
 @dataclass
 class Generated:
     ids: list[int]
-    logprobs: list[float] | None
+    logprobs: list[float | None] | None
 
 
 TurnGenerator = Callable[[Any, list[list[int]], list[int]], list[Generated]]
@@ -47,6 +79,83 @@ TurnGenerator = Callable[[Any, list[list[int]], list[int]], list[Generated]]
 def tokenizer_of(trainer: Any) -> Any:
     proc = trainer.processing_class
     return getattr(proc, "tokenizer", proc)
+
+
+# ---------------------------------------------------------------------------- tokenizer rules
+
+
+@dataclass(frozen=True)
+class TokenRules:
+    """What the rollout must know about a tokenizer's special tokens, read once per tokenizer.
+
+    ``stop_ids``: closing tags that are single tokens; generation must stop on these ids, because
+    vLLM matches stop strings against text that skips special tokens (they would never fire).
+    ``drop_ids``: special tokens removed from the text the env sees (EOS, chat markers) — every
+    special token except the protocol's tags, which must survive decoding.
+    ``special_tags``: protocol tags that are special tokens (observation framing keeps them).
+    """
+
+    stop_ids: tuple[int, ...]
+    drop_ids: frozenset[int]
+    special_tags: frozenset[str]
+
+
+_RULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def token_rules(tok: Any) -> TokenRules:
+    """Cached per tokenizer object and vocabulary size (adding tokens reads the rules again)."""
+    try:
+        cached = _RULES.get(tok)
+    except TypeError:  # not weak-referenceable: read every time (a dozen encodes)
+        return _read_rules(tok)
+    if cached is None or cached[0] != len(tok):
+        cached = (len(tok), _read_rules(tok))
+        _RULES[tok] = cached
+    return cached[1]
+
+
+def _read_rules(tok: Any) -> TokenRules:
+    added = getattr(tok, "added_tokens_decoder", {}) or {}
+    special = set(getattr(tok, "all_special_ids", []) or []) | {i for i, t in added.items() if t.special}
+    tag_ids: dict[str, int] = {}
+    for tag in PROTOCOL_TAGS:
+        ids = tok.encode(tag, add_special_tokens=False)
+        if len(ids) == 1:
+            tag_ids[tag] = ids[0]
+        elif any(i in special for i in ids) and tag in protocol.STOP_TAGS:
+            raise ValueError(
+                f"the tokenizer splits the stop tag {tag!r} into special and ordinary tokens "
+                f"{ids}: neither stop strings nor stop token ids can end a turn there"
+            )
+    special_tags = frozenset(tag for tag, i in tag_ids.items() if i in special)
+    return TokenRules(
+        stop_ids=tuple(tag_ids[t] for t in protocol.STOP_TAGS if t in tag_ids and tag_ids[t] in special),
+        drop_ids=frozenset(special - set(tag_ids.values())),
+        special_tags=special_tags,
+    )
+
+
+def env_text(tok: Any, ids: Sequence[int]) -> str:
+    """The text the env sees: special tokens dropped except the protocol's tags."""
+    drop = token_rules(tok).drop_ids
+    return tok.decode([i for i in ids if i not in drop], skip_special_tokens=False)
+
+
+def encode_observation(tok: Any, text: str) -> list[int]:
+    """Observation tokens as plain text: code that prints ``<|im_end|>`` must not put an EOS id
+    into the context. Framing tags that are special tokens in this tokenizer stay those tokens."""
+    plain = {"add_special_tokens": False, "split_special_tokens": True}
+    framing = token_rules(tok).special_tags & {"<Execute>", "</Execute>"}
+    start, end = text.find("<Execute>"), text.rfind("</Execute>")
+    if not framing or start < 0 or end < start:
+        return list(tok.encode(text, **plain))
+    head, body, tail = text[: start + len("<Execute>")], text[start + len("<Execute>") : end], text[end:]
+    return (
+        list(tok.encode(head, add_special_tokens=False))
+        + list(tok.encode(body, **plain))
+        + list(tok.encode(tail, add_special_tokens=False))
+    )
 
 
 # ---------------------------------------------------------------------------- generation backends
@@ -70,15 +179,25 @@ def transformers_turns(trainer: Any, contexts: list[list[int]], max_new: list[in
     config = copy.deepcopy(trainer.generation_config)
     config.max_new_tokens = max(max_new)
     config.use_cache = True  # training may have turned the cache off (gradient checkpointing)
+    eos = _eos_ids(trainer)
+    stop_ids = list(token_rules(tok).stop_ids)
+    if stop_ids:  # tags that are special tokens: StopStringCriteria cannot see them in text
+        config.eos_token_id = list(dict.fromkeys([*eos, *stop_ids]))
     stop = StoppingCriteriaList([StopStringCriteria(tokenizer=tok, stop_strings=list(protocol.STOP_TAGS))])
+    dist = getattr(trainer, "_dist", None)
+    full_params = (
+        dist.summon_full_params(trainer.model_wrapped, recurse=False) if dist is not None else nullcontext()
+    )
     with (
         unwrap_model_for_generation(
             trainer.model_wrapped,
             trainer.accelerator,
+            gather_deepspeed3_params=getattr(trainer.args, "ds3_gather_for_generation", True),
             generation_kwargs=getattr(trainer, "generation_kwargs", None),
             gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
         ) as model,
         torch.no_grad(),
+        full_params,
     ):
         out = model.generate(
             input_ids=input_ids.to(device),
@@ -86,21 +205,30 @@ def transformers_turns(trainer: Any, contexts: list[list[int]], max_new: list[in
             generation_config=config,
             stopping_criteria=stop,
         )
-    eos = set(_eos_ids(trainer))
+    ends = set(eos) | set(stop_ids)
     results = []
     for i, row in enumerate(out[:, width:].tolist()):
         ids = []
         for token in row[: max_new[i]]:
             ids.append(token)
-            if token in eos:
+            if token in ends:
                 break
         results.append(Generated(ids, None))
     return results
 
 
 def vllm_turns(trainer: Any, contexts: list[list[int]], max_new: list[int]) -> list[Generated]:
-    """TRL's own vLLM path; ``generation_kwargs`` must carry the stop strings (the recipes set them)."""
-    completion_ids, logprobs = trainer._generate_single_turn(contexts, None, {}, 1)
+    """TRL's own vLLM path; ``generation_kwargs`` carry the stop strings and stop ids (the train
+    command sets them). The request's ``max_tokens`` is this turn's cap, not the episode budget:
+    TRL reads it from ``vllm_generation.max_completion_length`` on both modes, so it is set there
+    for the call."""
+    engine = trainer.vllm_generation
+    saved = engine.max_completion_length
+    engine.max_completion_length = max(max_new)
+    try:
+        completion_ids, logprobs = trainer._generate_single_turn(contexts, None, {}, 1)
+    finally:
+        engine.max_completion_length = saved
     results = []
     for i, ids in enumerate(completion_ids):
         lps = list(logprobs[i])[: max_new[i]] if logprobs is not None else None
@@ -120,13 +248,67 @@ def _eos_ids(trainer: Any) -> list[int]:
     return [tok.eos_token_id]
 
 
+def _world() -> tuple[int, int]:
+    """(rank, world size) of the default process group; (0, 1) without one."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return 0, 1
+    if not (dist.is_available() and dist.is_initialized()):
+        return 0, 1
+    return dist.get_rank(), dist.get_world_size()
+
+
+def lockstep_generate(
+    trainer: Any, generate: TurnGenerator, contexts: list[list[int]], caps: list[int]
+) -> list[Generated] | None:
+    """One generation call per turn on every rank while any rank has an active episode.
+
+    TRL's vLLM server mode gathers every rank's prompts and hands back equal slices, colocate
+    with tensor parallelism gathers within its group, and ZeRO-3/FSDP generation runs collectives:
+    each needs every rank in every call with lists of one length. So all ranks share their
+    requests, split the lot into equal chunks (padded with copies of one request, at most
+    ``world - 1`` of them, whose output is dropped), generate their chunk with one shared
+    ``max_tokens`` and share the outputs back. Returns this rank's outputs, or None when no rank
+    has anything left to generate (every rank then leaves its turn loop at the same call).
+    """
+    rank, world = _world()
+    if world == 1:
+        return generate(trainer, contexts, caps) if contexts else None
+    import torch.distributed as dist
+
+    shared: list[Any] = [None] * world
+    dist.all_gather_object(shared, (contexts, caps))
+    every = [c for ctxs, _ in shared for c in ctxs]
+    if not every:
+        return None
+    cap = max(c for _, cs in shared for c in cs)
+    per = -(-len(every) // world)
+    padded = every + [every[0]] * (per * world - len(every))
+    mine = padded[rank * per : (rank + 1) * per]
+    outs = generate(trainer, mine, [cap] * len(mine))
+    if len(outs) != len(mine):
+        raise RuntimeError(f"generator returned {len(outs)} turns for {len(mine)} requests")
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, outs)
+    flat = [o for part in gathered for o in part]
+    start = sum(len(ctxs) for ctxs, _ in shared[:rank])
+    return flat[start : start + len(contexts)]
+
+
 # ---------------------------------------------------------------------------- token bookkeeping
 
 
 def cut_at_stop(tokenizer: Any, ids: list[int]) -> int:
     """Number of tokens to keep: up to and including the token that completes a stop tag."""
+    found = stop_end(tokenizer, ids)
+    return len(ids) if found is None else found
+
+
+def stop_end(tokenizer: Any, ids: list[int]) -> int | None:
+    """Length of the shortest prefix that holds a stop tag, or None when there is none."""
     if not any(tag in tokenizer.decode(ids, skip_special_tokens=False) for tag in protocol.STOP_TAGS):
-        return len(ids)
+        return None
     lo, hi = 1, len(ids)
     while lo < hi:  # smallest prefix whose text holds a stop tag (monotone in the prefix length)
         mid = (lo + hi) // 2
@@ -136,6 +318,26 @@ def cut_at_stop(tokenizer: Any, ids: list[int]) -> int:
         else:
             lo = mid + 1
     return lo
+
+
+TurnEnd = Literal["stop", "eos", "length"]
+
+
+def split_turn(tok: Any, ids: list[int], eos: set[int]) -> tuple[int, TurnEnd]:
+    """How many generated tokens the turn keeps, and what ended it.
+
+    ``stop``: a stop tag completed first (tokens after the completing token are dropped, an EOS
+    among them too); ``eos``: the tokenizer's EOS came first (kept as the turn's last token);
+    ``length``: neither — a token limit cut the turn.
+    """
+    eos_end = next((i + 1 for i, t in enumerate(ids) if t in eos), None)
+    head = ids[:eos_end] if eos_end is not None else ids
+    tag_end = stop_end(tok, head)
+    if tag_end is not None:
+        return tag_end, "stop"
+    if eos_end is not None:
+        return eos_end, "eos"
+    return len(ids), "length"
 
 
 @dataclass
@@ -149,14 +351,14 @@ class _Episode:
     has_logprobs: bool = True
     final: dict[str, Any] | None = None
 
-    def add(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None) -> None:
+    def add(self, ids: Sequence[int], mask: int, logprobs: Sequence[float | None] | None) -> None:
         self.completion_ids.extend(ids)
         self.env_mask.extend([mask] * len(ids))
         if logprobs is None or len(logprobs) != len(ids):
             self.has_logprobs = self.has_logprobs and mask == 0
             self.logprobs.extend([0.0] * len(ids))
-        else:
-            self.logprobs.extend(float(x) for x in logprobs)
+        else:  # vLLM reports a NaN logprob as None; TRL neutralises NaN in its importance ratio
+            self.logprobs.extend(math.nan if x is None else float(x) for x in logprobs)
 
 
 # ---------------------------------------------------------------------------- the rollout function
@@ -218,35 +420,37 @@ class DeepAnalyzeRollout:
         start = time.monotonic()
         self._calls += 1
         tok = tokenizer_of(trainer)
+        token_rules(tok)  # a tokenizer whose stop tags cannot end a turn fails here, before any episode
         budget = self.max_completion_length or trainer.args.max_completion_length
         generate = self.generator or default_generator(trainer)
-        episodes = [self._start(prompt, tok, i) for i, prompt in enumerate(prompts)]
-        eos = _eos_ids(trainer)[0]
-        with ThreadPoolExecutor(max_workers=max(1, min(self.env_workers, len(episodes)))) as pool:
+        eos = _eos_ids(trainer)
+        template_kwargs = dict(getattr(trainer, "chat_template_kwargs", None) or {})
+        episodes = [self._start(prompt, tok, i, template_kwargs) for i, prompt in enumerate(prompts)]
+        with ThreadPoolExecutor(max_workers=max(1, min(self.env_workers, len(episodes) or 1))) as pool:
             while True:
-                active = [ep for ep in episodes if ep.final is None]
-                if not active:
-                    break
-                room = [budget - len(ep.completion_ids) for ep in active]
-                for ep, left in zip(active, room, strict=True):
-                    if left <= 0:
+                active: list[_Episode] = []
+                for ep in episodes:
+                    if ep.final is None and self._room(ep, budget) <= 0:
                         ep.final = self._end_for_length(ep)
-                active = [ep for ep, left in zip(active, room, strict=True) if left > 0]
-                if not active:
+                    elif ep.final is None:
+                        active.append(ep)
+                caps = [min(self._room(ep, budget), self.max_turn_tokens or budget) for ep in active]
+                contexts = [ep.prompt_ids + ep.completion_ids for ep in active]
+                outs = lockstep_generate(trainer, generate, contexts, caps)
+                if outs is None:  # no episode left on any process
                     break
-                caps = [min(left, self.max_turn_tokens or left) for left in room if left > 0]
-                outs = generate(trainer, [ep.prompt_ids + ep.completion_ids for ep in active], caps)
                 if len(outs) != len(active):
                     raise RuntimeError(f"generator returned {len(outs)} turns for {len(active)} episodes")
                 steps = [
-                    pool.submit(self._advance, ep, out, tok, budget)
-                    for ep, out in zip(active, outs, strict=True)
+                    pool.submit(self._advance, ep, out, cap, tok, budget, set(eos))
+                    for ep, out, cap in zip(active, outs, caps, strict=True)
                 ]
                 for fut in steps:
                     fut.result()
         for ep in episodes:
-            if ep.final["termination"] != "length" or self.score_truncated:
-                ep.add([eos], 0, None)  # a finished episode ends with EOS (TRL's truncation check)
+            finished = ep.final["termination"] != "length" or self.score_truncated
+            if finished and (not ep.completion_ids or ep.completion_ids[-1] not in eos):
+                ep.add([eos[0]], 0, None)  # a finished episode ends with EOS (TRL's truncation check)
             ep.env.close()
         result = self._collect(episodes)
         self.stats.seconds += time.monotonic() - start
@@ -254,7 +458,12 @@ class DeepAnalyzeRollout:
 
     # -- per episode
 
-    def _start(self, prompt: Any, tok: Any, index: int) -> _Episode:
+    @staticmethod
+    def _room(ep: _Episode, budget: int) -> int:
+        """Tokens the next turn may take: the budget less what is used and one for the final EOS."""
+        return budget - len(ep.completion_ids) - 1
+
+    def _start(self, prompt: Any, tok: Any, index: int, template_kwargs: dict[str, Any]) -> _Episode:
         if not isinstance(prompt, list) or not prompt or TASK_KEY not in prompt[0]:
             raise ValueError(
                 "rollout_func needs conversational prompts whose first message carries 'task_id' "
@@ -269,21 +478,31 @@ class DeepAnalyzeRollout:
         env = DeepAnalyzeEnv(env_config=self.env_config, extras=extras)
         messages = [{k: v for k, v in m.items() if k != TASK_KEY} for m in prompt]
         messages, _ = env.init(messages)
-        prompt_ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        prompt_ids = tok.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, **template_kwargs
+        )
         if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "input_ids"):
             prompt_ids = prompt_ids["input_ids"]
         return _Episode(row=row, env=env, prompt_ids=list(prompt_ids))
 
-    def _advance(self, ep: _Episode, out: Generated, tok: Any, budget: int) -> None:
-        keep = cut_at_stop(tok, out.ids)
-        ids = out.ids[:keep]
-        ep.add(ids, 1, out.logprobs[:keep] if out.logprobs is not None else None)
-        step = ep.env.step(tok.decode(ids, skip_special_tokens=True))
+    def _advance(self, ep: _Episode, out: Generated, cap: int, tok: Any, budget: int, eos: set[int]) -> None:
+        ids = list(out.ids[:cap])
+        logprobs = list(out.logprobs[:cap]) if out.logprobs is not None else None
+        keep, end = split_turn(tok, ids, eos)
+        out_of_room = cap >= self._room(ep, budget)  # this turn's limit was the episode's budget
+        ep.add(ids[:keep], 1, logprobs[:keep] if logprobs is not None else None)
+        if end == "length" and out_of_room:  # an action cut by the budget is never stepped
+            ep.final = self._end_for_length(ep)
+            return
+        # A turn cut by max_turn_tokens alone is stepped as it stands (a no-code turn unless it
+        # holds an answer), as SkyRL's generator does with its per-turn generation limit.
+        text = env_text(tok, ids[:keep])
+        step = ep.env.end_with_eos(text) if end == "eos" else ep.env.step(text)
         if step["done"]:
             ep.final = {"reward": step["reward"], **step["metadata"]}
             return
-        obs_ids = tok.encode("".join(o["content"] for o in step["observations"]), add_special_tokens=False)
-        room = budget - len(ep.completion_ids)
+        obs_ids = encode_observation(tok, "".join(o["content"] for o in step["observations"]))
+        room = self._room(ep, budget)
         ep.add(obs_ids[: max(room, 0)], 0, None)
         if len(obs_ids) >= room:
             ep.final = self._end_for_length(ep)
@@ -310,11 +529,17 @@ class DeepAnalyzeRollout:
             for name, value in meta["reward_components"].items():
                 self.stats.components[name].append(value)
         use_logprobs = all(ep.has_logprobs for ep in episodes)
+        # An episode without a reward trains nothing: an all-zero mask also keeps its tokens out of
+        # the loss normaliser (DAPO's num_items_in_batch), which would otherwise shrink every step.
+        masks = [
+            ep.env_mask if reward is not None else [0] * len(ep.env_mask)
+            for ep, reward in zip(episodes, rewards, strict=True)
+        ]
         return {
             "prompt_ids": [ep.prompt_ids for ep in episodes],
             "completion_ids": [ep.completion_ids for ep in episodes],
             "logprobs": [ep.logprobs for ep in episodes] if use_logprobs else None,
-            "env_mask": [ep.env_mask for ep in episodes],
+            "env_mask": masks,
             "env_reward": rewards,
             "reward_components": [dict(ep.final["reward_components"]) for ep in episodes],
             "reward_status": [ep.final["reward_status"] for ep in episodes],

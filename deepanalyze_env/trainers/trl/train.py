@@ -28,6 +28,7 @@ from deepanalyze_env.trainers.trl.rollout import (
     DeepAnalyzeRollout,
     RolloutStats,
     environment_reward,
+    token_rules,
     trl_dataset_rows,
 )
 
@@ -62,13 +63,29 @@ def _grpo_config(recipe: Recipe, out: Path, cuda: bool):
     args.setdefault("mask_truncated_completions", not recipe.rollout.get("score_truncated", False))
     if args.get("use_vllm"):
         gen = dict(args.get("generation_kwargs") or {})
-        gen.setdefault("stop", list(protocol.STOP_TAGS))
+        if "max_tokens" in gen:
+            raise ConfigError(
+                f"{recipe.source}: trl.generation_kwargs.max_tokens would override every turn's cap; "
+                "set rollout.max_turn_tokens (per turn) and trl.max_completion_length (per episode)"
+            )
+        gen.setdefault(\"stop\", list(protocol.STOP_TAGS))
         gen.setdefault("include_stop_str_in_output", True)
         args["generation_kwargs"] = gen
     try:
         return trl.GRPOConfig(**args)
     except TypeError as exc:
         raise ConfigError(f"{recipe.source}: bad trl setting: {exc}")
+
+
+def add_stop_token_ids(config: Any, tokenizer: Any) -> None:
+    """Closing tags that are special tokens (DeepAnalyze's tokenizer) end a vLLM turn by id: vLLM
+    matches stop strings against text that skips special tokens, so ``</Code>`` would never fire.
+    Raises ValueError for a tokenizer whose stop tags cannot end a turn at all."""
+    rules = token_rules(tokenizer)
+    if getattr(config, "use_vllm", False) and rules.stop_ids:
+        gen = dict(config.generation_kwargs or {})
+        gen["stop_token_ids"] = list(dict.fromkeys([*(gen.get("stop_token_ids") or []), *rules.stop_ids]))
+        config.generation_kwargs = gen
 
 
 def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any]) -> Table:
@@ -174,27 +191,34 @@ def train_trl(recipe: Recipe) -> int:
         raise ConfigError(f"backend trl needs the trl extra: pip install -e '.[trl]' ({exc})")
 
     out = Path(recipe.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in ("metrics.jsonl", "episodes.jsonl"):
-        (out / stale).unlink(missing_ok=True)
     cuda = torch.cuda.is_available()
     config = _grpo_config(recipe, out, cuda)  # the cheapest check first
     model_dir = resolve_model(recipe.model)
     env_config = dict(recipe.env)
-    if not env_config.get("records_dir"):  # our own folder: start it empty so runs never mix
+    own_records = not env_config.get("records_dir")
+    if own_records:
         env_config["records_dir"] = str(out / "records")
-        for old in (out / "records").glob("episodes-*.jsonl"):
-            old.unlink()
     records_dir = Path(env_config["records_dir"])
     _judge_defaults(env_config, model_dir)
     rows = load_rows(recipe.data, env_config.get("workspace_root"))
     if not rows:
         raise ConfigError(f"{recipe.source}: the data files hold no tasks")
     rollout = DeepAnalyzeRollout(rows, env_config, **recipe.rollout)
-
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    try:
+        add_stop_token_ids(config, tokenizer)
+    except ValueError as exc:
+        raise ConfigError(f"{recipe.source}: {exc}")
+
+    # Everything is validated: only now does the run touch its output folder.
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("metrics.jsonl", "episodes.jsonl"):
+        (out / stale).unlink(missing_ok=True)
+    if own_records:  # our own folder: start it empty so runs never mix
+        for old in (out / "records").glob("episodes-*.jsonl"):
+            old.unlink()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if not cuda else "auto")
     trainer = trl.GRPOTrainer(
         model=model,
