@@ -68,7 +68,7 @@ def _grpo_config(recipe: Recipe, out: Path, cuda: bool):
                 f"{recipe.source}: trl.generation_kwargs.max_tokens would override every turn's cap; "
                 "set rollout.max_turn_tokens (per turn) and trl.max_completion_length (per episode)"
             )
-        gen.setdefault(\"stop\", list(protocol.STOP_TAGS))
+        gen.setdefault("stop", list(protocol.STOP_TAGS))
         gen.setdefault("include_stop_str_in_output", True)
         args["generation_kwargs"] = gen
     try:
