@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
 
+ROW_ERRORS = ("raise", "episode")
+
+
 class ConfigError(ValueError):
     """A setting in env_config, extras or reward_spec is wrong; the message says which."""
 
@@ -63,6 +66,7 @@ class JudgeConfig:
     max_tokens: int = 1024
     prompt_dir: str | None = None
     cache_path: str | None = None
+    cache_journal: str = "auto"  # auto: WAL, or the rollback journal on a network filesystem; wal; delete
 
     @property
     def configured(self) -> bool:
@@ -79,6 +83,10 @@ class EnvConfig:
     system_prompt: str | None = None
     records_dir: str | None = None
     policy_id: str | None = None
+    # "raise": a bad dataset row (reward spec, workspace, judge it needs) is a ConfigError at
+    # construction; "episode": the episode ends at once as an environment_error, so a trainer's
+    # batch survives a row that went bad after the startup check (the SkyRL entrypoint's default)
+    row_errors: str = "raise"
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
 
@@ -96,6 +104,10 @@ class EnvConfig:
     def validate(self) -> None:
         if self.max_turns < 1:
             raise ConfigError("env_config.max_turns must be >= 1")
+        if self.row_errors not in ROW_ERRORS:
+            raise ConfigError(
+                f"env_config.row_errors must be one of {', '.join(ROW_ERRORS)}, got {self.row_errors!r}"
+            )
         if not self.observation_role:
             raise ConfigError("env_config.observation_role must be a non-empty role name")
         self.executor.validate()

@@ -95,7 +95,7 @@ def judge_versions(client: Any, function_names: Iterable[str]) -> tuple[str | No
 def build_record(env: DeepAnalyzeEnv) -> dict[str, Any]:
     meta = env.final_metadata or {}
     extras = env.extras
-    judge_model, judge_prompts = judge_versions(env.judge_client, env.plan.needs_judge)
+    judge_model, judge_prompts = judge_versions(env.judge_client, env.plan.needs_judge if env.plan else [])
     return {
         "episode_id": extras.get("episode_id") or uuid.uuid4().hex,
         "task_id": env.task_id,
@@ -116,7 +116,7 @@ def build_record(env: DeepAnalyzeEnv) -> dict[str, Any]:
         "versions": {
             "package": package_version(),
             "profile": env.config.profile,
-            "reward_plan": env.plan.fingerprint(),
+            "reward_plan": env.plan.fingerprint() if env.plan else None,
             "policy_id": env.config.policy_id,
             "judge_model": judge_model,
             "judge_prompts": judge_prompts,

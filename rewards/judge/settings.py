@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 from rewards.judge.errors import JudgeConfigError
 
 BACKENDS = ("openai", "transformers", "replay")
+JOURNALS = ("auto", "wal", "delete")
 
 
 def public_url(url: str | None) -> str | None:
@@ -46,6 +47,7 @@ class JudgeSettings:
     max_tokens: int = 1024
     prompt_dir: str | None = None
     cache_path: str | None = None
+    cache_journal: str = "auto"  # SQLite journal of the cache: auto | wal | delete (rewards/judge/cache.py)
     # Backoff between retries (exponential with jitter, capped). Not in env_config: the
     # defaults suit real endpoints; tests and benchmarks shorten them.
     backoff_initial_s: float = 0.5
@@ -100,6 +102,10 @@ class JudgeSettings:
             raise JudgeConfigError("env_config.judge.temperature must be >= 0")
         if self.max_tokens < 1:
             raise JudgeConfigError("env_config.judge.max_tokens must be >= 1")
+        if self.cache_journal not in JOURNALS:
+            raise JudgeConfigError(
+                f"env_config.judge.cache_journal must be one of {', '.join(JOURNALS)}, got {self.cache_journal!r}"
+            )
         if self.http_transport not in ("auto", "aiohttp", "httpx"):
             raise JudgeConfigError(
                 f"judge http_transport must be auto, aiohttp or httpx, got {self.http_transport!r}"
