@@ -11,7 +11,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
-
 ROW_ERRORS = ("raise", "episode")
 
 

@@ -51,7 +51,10 @@ class BadRowsError(ConfigError):
         lines = [str(b) for b in bad[:SHOWN]]
         if len(bad) > SHOWN:
             lines.append(f"… and {len(bad) - SHOWN} more")
-        head = f"{len(bad)} of {checked} dataset rows cannot be used (nothing was trained):"
+        if any(b.index < 0 for b in bad):  # a whole file is unusable
+            head = f"the data cannot be used ({len(bad)} problems, {checked} rows read; nothing was trained):"
+        else:
+            head = f"{len(bad)} of {checked} dataset rows cannot be used (nothing was trained):"
         super().__init__("\n  ".join([head, *lines]))
 
 
@@ -114,7 +117,9 @@ def row_problem(row: dict[str, Any], config: EnvConfig) -> str | None:
     return None
 
 
-def check_rows(rows: Iterable[tuple[str, int, dict[str, Any]]], config: EnvConfig) -> tuple[list[BadRow], int]:
+def check_rows(
+    rows: Iterable[tuple[str, int, dict[str, Any]]], config: EnvConfig
+) -> tuple[list[BadRow], int]:
     """``(source, index, row)`` triples → the bad ones and how many were checked."""
     strict = dataclasses.replace(config, row_errors="raise")
     bad, checked = [], 0

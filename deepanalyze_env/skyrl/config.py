@@ -68,8 +68,9 @@ class AdapterConfig(BaseConfig):
     """Episodes the trainer stopped for length (the env never said done): False keeps them out of
     the loss and the baseline (DESIGN contract 3); True trains on them as a failed gate (−1.0)."""
     outage_fraction: float = 0.9
-    """A batch counts toward the dead-judge stop when at least this fraction of its episodes has
-    no measured reward (verifier_error / environment_error)."""
+    """A batch counts toward the dead-judge stop when at least this fraction of its episodes that
+    needed a measured reward got none (verifier_error / environment_error). Format-gate failures
+    (scored without a judge) and length-stopped episodes are not counted."""
     outage_batches: int = 3
     """Stop the run after this many such batches in a row; 0 never stops."""
 
@@ -164,6 +165,12 @@ def apply_tag_tokens(cfg: DeepAnalyzeSkyRLConfig, tokenizer: Any) -> dict[str, i
     ids = tag_stop_ids(tokenizer, STOP)
     if not ids:
         return ids
+    if cfg.generator.inference_engine.enable_return_sample_support_set:
+        raise ConfigError(
+            f"the tokenizer holds {', '.join(ids)} as added tokens, which need stop_token_ids in "
+            "generator.sampling_params.additional_kwargs, and SkyRL's sample-support capture refuses "
+            "additional_kwargs: set generator.inference_engine.enable_return_sample_support_set=false"
+        )
     for params in (cfg.generator.sampling_params, cfg.generator.eval_sampling_params):
         if params is None:
             continue

@@ -136,7 +136,8 @@ def check_rows(cfg: DeepAnalyzeSkyRLConfig) -> int:
     """Every training and evaluation row, with the env's own checks (``row_check``)."""
     from deepanalyze_env.row_check import check_data
 
-    return check_data([*cfg.data.train_data, *(cfg.data.val_data or [])], cfg.environment.skyrl_gym.deepanalyze)
+    sources = [*cfg.data.train_data, *(cfg.data.val_data or [])]
+    return check_data(sources, cfg.environment.skyrl_gym.deepanalyze)
 
 
 def summary(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, Any]:

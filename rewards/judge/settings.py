@@ -104,7 +104,8 @@ class JudgeSettings:
             raise JudgeConfigError("env_config.judge.max_tokens must be >= 1")
         if self.cache_journal not in JOURNALS:
             raise JudgeConfigError(
-                f"env_config.judge.cache_journal must be one of {', '.join(JOURNALS)}, got {self.cache_journal!r}"
+                f"env_config.judge.cache_journal must be one of {', '.join(JOURNALS)}, "
+                f"got {self.cache_journal!r}"
             )
         if self.http_transport not in ("auto", "aiohttp", "httpx"):
             raise JudgeConfigError(

@@ -121,7 +121,7 @@ class VllmLikeEngine(ScriptedEngine):
             assert marker is not None, "no plan matches this prompt"
             plan = self.plans[marker]
             turn = plan[min(context.count("</Execute>"), len(plan) - 1)]
-            wanted = self.tok.encode(turn, add_special_tokens=False) + [self.tok.eos_token_id]
+            wanted = [*self.tok.encode(turn, add_special_tokens=False), self.tok.eos_token_id]
             out, reason = [], "length"
             for token in wanted:
                 out.append(token)
@@ -242,9 +242,8 @@ def make_generator(cfg, tokenizer, engine):
 
 
 def generator_input(rows: list[dict[str, Any]], n_samples: int, cfg) -> dict[str, Any]:
-    """What SkyRL's trainer builds from a dataset batch (``prepare_generator_input``)."""
-    from dataclasses import asdict
-
+    """What SkyRL's trainer builds from a dataset batch (``prepare_generator_input``, with the
+    sampling params it sends to vLLM)."""
     from skyrl.train.generators.utils import prepare_generator_input
 
     prompts = [
@@ -252,7 +251,7 @@ def generator_input(rows: list[dict[str, Any]], n_samples: int, cfg) -> dict[str
         for i, r in enumerate(rows)
     ]
     gen_input, uids = prepare_generator_input(
-        prompts, n_samples, asdict(cfg.generator.sampling_params), "deepanalyze", "train", 0
+        prompts, n_samples, vllm_params(cfg.generator.sampling_params), "deepanalyze", "train", 0
     )
     return gen_input, uids
 

@@ -82,3 +82,9 @@ def test_a_row_that_goes_bad_after_the_check_fails_only_its_episode(tiny_tokeniz
     )  # fmt: skip
     output, _ = trainer.postprocess_generator_output(output, uids)
     assert [sum(m) > 0 for m in output["loss_masks"]] == [True, False]
+
+
+def test_a_missing_data_file_is_named(tmp_path, capsys):
+    assert main(["--check", f"data.train_data=['{tmp_path / 'nope.parquet'}']"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'nope.parquet'}: no such file" in err

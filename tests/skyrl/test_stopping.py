@@ -73,7 +73,7 @@ def test_a_tag_completed_by_a_newline_token_keeps_the_sampled_tokens(
     assert turns[0].endswith("</Code>") and turns[1].endswith("</Answer>")
 
 
-def test_text_past_the_tag_that_is_not_whitespace_is_still_cut_and_retokenized(tiny_tokenizer, workspace_root):
+def test_text_past_the_tag_that_is_not_whitespace_is_still_cut_and_retokenized(workspace_root):
     """The exception stays an exception: what the env did not keep is not trained on."""
     from deepanalyze_env.env import DeepAnalyzeEnv
 
