@@ -288,3 +288,36 @@ def test_sandbox_settings_reach_the_worker(workspace_root):
 def test_unknown_sandbox_key_is_rejected(workspace_root):
     with pytest.raises(ConfigError, match=r"unknown key env_config\.executor\.sandbox\.max_procs"):
         make(workspace_root, executor={"sandbox": {"max_procs": 3}})
+
+
+# --- row_errors: a bad row as a failed episode, for trainers whose batch must survive it -------
+
+
+@pytest.mark.parametrize(
+    "bad, problem",
+    [
+        ({"workspace_id": "gone"}, "workspace folder does not exist"),
+        ({"reward_spec": {"method": "no_such_method"}}, "no_such_method"),
+    ],
+)
+def test_with_row_errors_episode_a_bad_row_is_an_environment_error_episode(
+    workspace_root, tmp_path, bad, problem
+):
+    records = tmp_path / "records"
+    env = make(workspace_root, qa_extras(**bad), row_errors="episode", records_dir=str(records))
+    env.init([{"role": "user", "content": "Which store?"}])
+    out = env.step(code("print(1)"))
+    assert out["done"] is True and out["metadata"]["reward_status"] == "environment_error"
+    assert problem in out["metadata"]["error"]
+    assert env.get_metrics()["status_environment_error"] == 1.0
+    env.close()
+    (line,) = next(records.iterdir()).read_text().splitlines()
+    record = json.loads(line)
+    assert record["reward_status"] == "environment_error" and problem in record["error"]
+
+
+def test_by_default_a_bad_row_fails_construction():
+    with pytest.raises(ConfigError, match="row_errors must be one of raise, episode"):
+        make(Path("/nonexistent"), qa_extras(), row_errors="sometimes")
+    with pytest.raises(ConfigError, match="workspace folder does not exist"):
+        make(Path("/nonexistent"), qa_extras())

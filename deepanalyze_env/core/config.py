@@ -63,6 +63,10 @@ class ExecutorConfig:
 
 JudgeBackend = Literal["openai", "transformers", "replay"]
 JUDGE_BACKENDS: tuple[str, ...] = get_args(JudgeBackend)
+CacheJournal = Literal["auto", "wal", "delete"]
+CACHE_JOURNALS: tuple[str, ...] = get_args(CacheJournal)
+RowErrors = Literal["raise", "episode"]
+ROW_ERRORS: tuple[str, ...] = get_args(RowErrors)
 
 
 @dataclass
@@ -96,6 +100,10 @@ class JudgeConfig:
     """A folder of rubric files replacing the shipped ones (``rewards/prompts/``)."""
     cache_path: str | None = None
     """SQLite file caching replies by (model, prompt, sampling parameters, sample index)."""
+    cache_journal: str = "auto"
+    """SQLite journal of the cache: ``wal``; ``delete`` (the rollback journal, for network
+    filesystems, where WAL is unsafe); ``auto`` picks ``delete`` when ``/proc/mounts`` shows the
+    cache on NFS, Lustre, CIFS, GPFS, BeeGFS, Ceph and the like, else ``wal``."""
 
     @property
     def configured(self) -> bool:
@@ -122,6 +130,11 @@ class JudgeConfig:
             raise ConfigError("env_config.judge.temperature must be >= 0")
         if self.max_tokens < 1:
             raise ConfigError("env_config.judge.max_tokens must be >= 1")
+        if self.cache_journal not in CACHE_JOURNALS:
+            raise ConfigError(
+                f"env_config.judge.cache_journal must be one of {', '.join(CACHE_JOURNALS)}, "
+                f"got {self.cache_journal!r}"
+            )
         if self.prompt_dir is not None and not Path(self.prompt_dir).expanduser().is_dir():
             raise ConfigError(f"env_config.judge.prompt_dir is not a directory: {self.prompt_dir}")
         if self.backend == "replay":
@@ -162,6 +175,10 @@ class EnvConfig:
     """Append each episode's record to ``episodes-<host>-<pid>.jsonl`` here on ``close()``."""
     policy_id: str | None = None
     """Recorded in ``versions.policy_id`` of every record."""
+    row_errors: str = "raise"
+    """``raise``: a bad dataset row (reward spec, workspace, a judge it needs) is a ConfigError at
+    construction; ``episode``: the episode ends at once as ``environment_error``, so a trainer's
+    batch survives a row that went bad after the startup check (the SkyRL entrypoint's default)."""
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     """How code cells run."""
     judge: JudgeConfig = field(default_factory=JudgeConfig)
@@ -181,6 +198,10 @@ class EnvConfig:
     def validate(self) -> None:
         if self.max_turns < 1:
             raise ConfigError("env_config.max_turns must be >= 1")
+        if self.row_errors not in ROW_ERRORS:
+            raise ConfigError(
+                f"env_config.row_errors must be one of {', '.join(ROW_ERRORS)}, got {self.row_errors!r}"
+            )
         if not self.observation_role:
             raise ConfigError("env_config.observation_role must be a non-empty role name")
         self.executor.validate()

@@ -90,7 +90,7 @@ class Versions(TypedDict):
 
     package: str  # deepanalyze-env version
     profile: str
-    reward_plan: str  # fingerprint of the reward plan (methods, functions, weights)
+    reward_plan: str | None  # fingerprint of the reward plan; None when the row had none (row_errors)
     policy_id: str | None
     judge_model: str | None
     judge_prompts: dict[str, str]  # rubric → sha256 of the prompt file

@@ -77,6 +77,19 @@ def resolve_workspace(root: str | None, data: Any, workspace_id: Any) -> Path | 
     return path
 
 
+def keeps_sampled_tokens(text: str, cut: str) -> bool:
+    """Whether a trainer should keep the sampled tokens of a turn the env cut to ``cut``.
+
+    None as ``postprocessed_action`` tells SkyRL's generator to keep them; a string makes it
+    re-tokenize that string, so the trained ids stop being the sampled ones while the sampled
+    logprobs are kept. Keep them when nothing was cut, and when all that follows the closing
+    tag is whitespace: that is the rest of the token that completed the tag (Qwen- and
+    Llama-3-style tokenizers merge ``>`` with a newline, and vLLM stops at the stop string but
+    returns every sampled id). The env still executes and records the text cut at the tag.
+    """
+    return not text[len(cut) :].strip()
+
+
 class DeepAnalyzeEnv(BaseTextEnv):
     """One data-analysis episode (skyrl_gym env id ``deepanalyze``).
 
@@ -103,6 +116,43 @@ class DeepAnalyzeEnv(BaseTextEnv):
             )
         self.profile = PROFILES[self.config.profile]
         self.extras = dict(extras or {})
+        self.plan: Any = None
+        self.reward_spec: dict[str, Any] = {}
+        self.judge_client = None
+        self.question = self.extras.get("input_seq")
+        self.max_turns = self.config.max_turns
+        self.source_workspace: Path | None = None
+        self._infra_error: str | None = None
+        try:
+            self._load_row()
+        except ConfigError as exc:
+            if self.config.row_errors == "raise":
+                raise
+            # row_errors: episode — a trainer's batch must not die for one bad row (the startup
+            # row check catches what it can; this is what only shows up at episode time)
+            log.error("bad dataset row (task %s): %s", self.extras.get("task_id"), exc)
+            self._infra_error = f"bad dataset row: {exc}"
+        self.system_prompt = load_system_prompt(self.config.system_prompt)
+        self.task_id = self.extras.get("task_id") or self.extras.get("id")
+
+        self.messages: list[dict[str, str]] = []
+        self.prompt_len = 0
+        self.policy_turns: list[str] = []
+        self.code_pass: list[int] = []
+        self.exec_log: list[dict[str, Any]] = []
+        self.kernel: Kernel | None = None
+        self.workspace: Workspace | None = None
+        self.kernel_versions: dict[str, str] = {}
+        self.final_metadata: dict[str, Any] | None = None
+        self.final_reward: float | None = None
+        self.timings: dict[str, float] = {}
+        self._closed = False
+        self.judge_session = None
+
+    def _load_row(self) -> None:
+        """Everything that depends on the dataset row (``extras``): the reward plan, the judge it
+        needs, the question, the turn limit and the workspace. Raises ConfigError naming the
+        problem; ``deepanalyze_env.core.row_check`` runs this for every row before training."""
         spec = self.extras.get("reward_spec")
         if isinstance(spec, str):  # parquet files may carry it as JSON text (prepare-data does)
             try:
@@ -118,7 +168,6 @@ class DeepAnalyzeEnv(BaseTextEnv):
             raise ConfigError(str(exc)) from exc
         self.reward_spec = dict(spec)
         needs_judge = self.plan.needs_judge
-        self.judge_client = None
         if needs_judge:
             if not self.config.judge.configured:
                 raise ConfigError(
@@ -127,7 +176,6 @@ class DeepAnalyzeEnv(BaseTextEnv):
                     "judge.base_url and judge.model, or transformers / replay)"
                 )
             self.judge_client = _judge_client(self.config.judge, needs_judge)
-        self.question = self.extras.get("input_seq")
         if needs_judge and not self.question:
             raise ConfigError(f"extras.input_seq is missing; {', '.join(needs_judge)} shows it to the judge")
         self.max_turns = int(self.extras.get("max_turns") or self.config.max_turns)
@@ -136,23 +184,6 @@ class DeepAnalyzeEnv(BaseTextEnv):
         self.source_workspace = resolve_workspace(
             self.config.workspace_root, self.extras.get("data"), self.extras.get("workspace_id")
         )
-        self.system_prompt = load_system_prompt(self.config.system_prompt)
-        self.task_id = self.extras.get("task_id") or self.extras.get("id")
-
-        self.messages: list[dict[str, str]] = []
-        self.prompt_len = 0
-        self.policy_turns: list[str] = []
-        self.code_pass: list[int] = []
-        self.exec_log: list[dict[str, Any]] = []
-        self.kernel: Kernel | None = None
-        self.workspace: Workspace | None = None
-        self.kernel_versions: dict[str, str] = {}
-        self.final_metadata: dict[str, Any] | None = None
-        self.final_reward: float | None = None
-        self.timings: dict[str, float] = {}
-        self._infra_error: str | None = None
-        self._closed = False
-        self.judge_session = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -171,6 +202,8 @@ class DeepAnalyzeEnv(BaseTextEnv):
         self.messages = list(messages)
         self.prompt_len = len(messages)
         start = time.monotonic()
+        if self._infra_error is not None:  # a bad row (row_errors: episode): nothing to start
+            return messages, {}
         try:
             self.workspace = Workspace(self.source_workspace)
             ex = self.config.executor
@@ -209,9 +242,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
         self.policy_turns.append(cut)
         self.messages.append({"role": "assistant", "content": cut})
         out = self._advance(cut)
-        if cut == text:
-            # Nothing was cut: None tells SkyRL's generator to keep the sampled tokens as they are
-            # (a postprocessed action makes it re-tokenize the text, breaking token-in-token-out).
+        if keeps_sampled_tokens(text, cut):
             out["postprocessed_action"] = None
         return out
 
@@ -372,7 +403,9 @@ class DeepAnalyzeEnv(BaseTextEnv):
 
     def result(self) -> EpisodeResult:
         """The episode so far (finished or not) as one value: what records serialise."""
-        judge_model, judge_prompts = judge_versions(self.judge_client, self.plan.needs_judge)
+        judge_model, judge_prompts = judge_versions(
+            self.judge_client, self.plan.needs_judge if self.plan else []
+        )
         return EpisodeResult(
             extras=self.extras,
             task_id=self.task_id,
@@ -386,7 +419,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
             versions={
                 "package": package_version(),
                 "profile": self.config.profile,
-                "reward_plan": self.plan.fingerprint(),
+                "reward_plan": self.plan.fingerprint() if self.plan else None,
                 "policy_id": self.config.policy_id,
                 "judge_model": judge_model,
                 "judge_prompts": judge_prompts,

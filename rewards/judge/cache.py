@@ -6,6 +6,12 @@ re-scored offline by the ``replay`` backend. WAL mode lets readers proceed while
 writes, and ``busy_timeout`` makes concurrent writers queue instead of failing; the first reply
 stored for a key is kept (``INSERT OR IGNORE``), so replays are stable.
 
+WAL keeps its index in shared memory, which processes on different hosts do not share: on a
+network filesystem (NFS, Lustre, CIFS, …), where a cluster's shared ``cache_path`` usually
+lives, it is unsafe. ``journal="auto"`` (the default) uses WAL on local disks and SQLite's
+rollback journal (``DELETE``), which needs only the filesystem's POSIX locks, where
+``/proc/mounts`` says the file lives on a network filesystem; ``"wal"`` and ``"delete"`` force one.
+
 Writes are batched: ``put`` only records the reply in a per-process pending table (visible to
 every ``get`` in the process at once) and a writer thread commits pending replies in one
 transaction per batch. At judge concurrency a thread hop and a commit per reply cost the event
@@ -49,12 +55,54 @@ def cache_key(model: str, prompt: str, temperature: float, max_tokens: int, samp
     return digest.hexdigest()
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+JOURNALS = ("auto", "wal", "delete")
+NETWORK_FILESYSTEMS = frozenset(
+    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "glusterfs", "fuse.glusterfs",
+     "ceph", "fuse.ceph", "cephfs", "9p", "afs", "fuse.sshfs", "ocfs2", "gfs2", "panfs", "fuse.juicefs",
+     "fuse.gcsfuse", "fuse.s3fs", "fuse.mountpoint-s3", "wekafs", "fuse.weka", "virtiofs"}
+)  # fmt: skip
+
+
+def filesystem_type(path: Path, mounts: str | None = None) -> str | None:
+    """Type of the filesystem holding ``path``: the longest mount point that contains it in
+    ``/proc/mounts`` (or ``mounts``, that file's text); None where it cannot be read."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    target = str(path)
+    best, kind = "", None
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind
+
+
+def resolve_journal(path: Path, journal: str = "auto", mounts: str | None = None) -> str:
+    """``wal`` or ``delete`` for this file (see the module docstring)."""
+    if journal not in JOURNALS:
+        raise ValueError(f"judge cache journal must be one of {', '.join(JOURNALS)}, got {journal!r}")
+    if journal != "auto":
+        return journal
+    kind = filesystem_type(path.resolve().parent, mounts)
+    if kind in NETWORK_FILESYSTEMS:
+        log.info("judge cache %s is on %s (a network filesystem): rollback journal, not WAL", path, kind)
+        return "delete"
+    return "wal"
+
+
+def _connect(path: Path, journal: str = "wal") -> sqlite3.Connection:
     conn = sqlite3.connect(
         path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None
     )
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA journal_mode={journal.upper()}")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(_SCHEMA)
     return conn
@@ -63,10 +111,11 @@ def _connect(path: Path) -> sqlite3.Connection:
 class _Store:
     """One per process and file: the reader connection, the pending replies, the writer thread."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, journal: str = "wal"):
         self.path = path
+        self.journal = journal
         self.read_lock = threading.Lock()
-        self.reader = _connect(path)
+        self.reader = _connect(path, journal)
         self.cond = threading.Condition(threading.Lock())  # a plain lock: cheaper than the RLock default
         self.pending: dict[str, tuple[str, int, str, float]] = {}
         self.writing = False
@@ -93,7 +142,7 @@ class _Store:
             self.cond.notify_all()
 
     def _write_loop(self) -> None:
-        conn = _connect(self.path)
+        conn = _connect(self.path, self.journal)
         while True:
             with self.cond:
                 while not self.pending:
@@ -145,13 +194,13 @@ _stores: dict[tuple[int, str], _Store] = {}
 _stores_lock = threading.Lock()
 
 
-def _store_for(path: Path) -> _Store:
+def _store_for(path: Path, journal: str = "auto") -> _Store:
     key = (os.getpid(), str(path.resolve()))
     with _stores_lock:
         store = _stores.get(key)
         if store is None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            store = _stores[key] = _Store(path)
+            store = _stores[key] = _Store(path, resolve_journal(path, journal))
         return store
 
 
@@ -174,14 +223,15 @@ def _flush_all() -> None:
 class JudgeCache:
     """A handle on the cache file; handles on one file in one process share a :class:`_Store`."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, journal: str = "auto"):
         self.path = Path(path).expanduser()
+        self.journal = journal
         self._store: _Store | None = None
         self._pid: int | None = None
 
     def _get_store(self) -> _Store:
         if self._store is None or self._pid != os.getpid():  # a forked child opens its own
-            self._store, self._pid = _store_for(self.path), os.getpid()
+            self._store, self._pid = _store_for(self.path, self.journal), os.getpid()
         return self._store
 
     def get(self, key: str) -> str | None:

@@ -62,7 +62,9 @@ class JudgeClient:
     def __init__(self, settings: JudgeSettings, backend: Backend | None = None):
         self.settings = settings
         self.backend = backend or make_backend(settings)
-        self.cache = JudgeCache(settings.cache_path) if settings.cache_path else None
+        self.cache = (
+            JudgeCache(settings.cache_path, journal=settings.cache_journal) if settings.cache_path else None
+        )
         self._pid = os.getpid()
         self._home_loop: asyncio.AbstractEventLoop | None = None  # the background loop, once seen
         self._used = False  # a call was made (so there may be connections to close)

@@ -77,3 +77,51 @@ def test_several_processes_can_write_at_once(tmp_path: Path):
     assert len(cache) == 600
     assert cache.get("3-149") == "reply 3 149"
     cache.close()
+
+
+# --- journal mode: WAL is unsafe on network filesystems (its index lives in shared memory) -----
+
+MOUNTS = (
+    "/dev/sda1 / ext4 rw,relatime 0 0\n"
+    "fileserver:/export/runs /shared nfs4 rw,vers=4.2 0 0\n"
+    "/dev/sdb1 /shared/local\\040disk xfs rw 0 0\n"
+)
+
+
+def journal_of(path: Path) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("PRAGMA journal_mode").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_auto_journal_is_the_rollback_journal_on_a_network_filesystem():
+    from rewards.judge.cache import resolve_journal
+
+    assert resolve_journal(Path("/shared/team/judge.sqlite"), "auto", MOUNTS) == "delete"
+    assert resolve_journal(Path("/home/me/judge.sqlite"), "auto", MOUNTS) == "wal"
+    # the longest mount point wins: a local disk mounted inside the network share
+    assert resolve_journal(Path("/shared/local disk/j.sqlite"), "auto", MOUNTS) == "wal"
+    assert resolve_journal(Path("/home/me/judge.sqlite"), "delete", MOUNTS) == "delete"
+
+
+def test_the_delete_journal_mode_is_applied_and_works(tmp_path: Path):
+    path = tmp_path / "c.sqlite"
+    cache = JudgeCache(path, journal="delete")
+    cache.put("k", "m", 0, "SCORE: 3")
+    assert cache.flush()
+    assert journal_of(path) == "delete"
+    assert not (tmp_path / "c.sqlite-wal").exists()
+    assert JudgeCache(path, journal="delete").get("k") == "SCORE: 3"
+    cache.close()
+
+
+def test_a_bad_journal_setting_is_named():
+    import pytest
+
+    from rewards.judge import JudgeSettings
+    from rewards.judge.errors import JudgeConfigError
+
+    with pytest.raises(JudgeConfigError, match="cache_journal"):
+        JudgeSettings.from_config({"backend": "openai", "model": "m", "cache_journal": "wall"})

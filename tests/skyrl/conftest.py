@@ -90,6 +90,132 @@ class ScriptedEngine(InferenceEngineInterface):
     sleep = teardown = update_named_weights = wake_up = _unused
 
 
+class VllmLikeEngine(ScriptedEngine):
+    """A ``ScriptedEngine`` that stops the way vLLM does, for tests about stopping (no GPU here).
+
+    Each scripted turn is what the model *would* write if nothing stopped it. The turn is
+    "sampled" token by token with the sampling params SkyRL sends to vLLM
+    (``get_sampling_params_for_backend``): it ends on a token in ``stop_token_ids`` or EOS
+    (that token is kept in the ids), as soon as the text decoded with ``skip_special_tokens``
+    contains a stop string (every id sampled so far is kept — the last one may carry text past
+    the string), or at ``max_tokens`` (stop reason ``length``). The returned text is the ids
+    decoded with ``batch_decode``, which is what SkyRL 0.4's client does with vLLM's ids.
+    ``sampled`` keeps the ids of every call.
+    """
+
+    def __init__(self, tokenizer, plans):
+        super().__init__(tokenizer, plans)
+        self.sampled: list[list[int]] = []
+        self.stop_reasons: list[str] = []
+
+    async def generate(self, input_batch, model=None):
+        params = input_batch.get("sampling_params") or {}
+        stop = list(params.get("stop") or [])
+        stop_ids = set(params.get("stop_token_ids") or []) | {self.tok.eos_token_id}
+        skip = params.get("skip_special_tokens", True)
+        limit = params.get("max_tokens") or 10**9
+        responses, ids_out, logprobs, reasons = [], [], [], []
+        for prompt_ids in input_batch["prompt_token_ids"]:
+            context = self.tok.decode(prompt_ids)
+            marker = next((m for m in self.plans if m in context), None)
+            assert marker is not None, "no plan matches this prompt"
+            plan = self.plans[marker]
+            turn = plan[min(context.count("</Execute>"), len(plan) - 1)]
+            wanted = [*self.tok.encode(turn, add_special_tokens=False), self.tok.eos_token_id]
+            out, reason = [], "length"
+            for token in wanted:
+                out.append(token)
+                if token in stop_ids:
+                    reason = "stop"
+                    break
+                if stop and any(s in self.tok.decode(out, skip_special_tokens=skip) for s in stop):
+                    reason = "stop"
+                    break
+                if len(out) >= limit:
+                    break
+            self.sampled.append(list(out))
+            self.stop_reasons.append(reason)
+            self.calls.append({"marker": marker, "n_ids": len(out)})
+            responses.append(self.tok.batch_decode([out])[0])
+            ids_out.append(list(out))
+            logprobs.append([-0.25] * len(out))
+            reasons.append(reason)
+        return {
+            "responses": responses,
+            "response_ids": ids_out,
+            "stop_reasons": reasons,
+            "response_logprobs": logprobs if params.get("logprobs") is not None else None,
+        }
+
+
+def vllm_params(params) -> dict[str, Any]:
+    """The sampling params SkyRL's trainer sends to vLLM for these config params."""
+    from skyrl.backends.skyrl_train.inference_servers.engine_utils import get_sampling_params_for_backend
+
+    return get_sampling_params_for_backend("vllm", params)
+
+
+# Qwen2's pre-tokenisation rule: a run of punctuation takes the newlines after it, so BPE can merge
+# ">" with "\n" (as Qwen and Llama-3 tokenizers do) and the token that completes "</Code>" is ">\n".
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+    r"\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def build_qwen_like_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.conftest import CHAT_TEMPLATE, CORPUS
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=500,
+        special_tokens=["<|pad|>", "<|end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(CORPUS * 20, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|pad|>", eos_token="<|end|>")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+TAGS = ["<Analyze>", "</Analyze>", "<Code>", "</Code>", "<Answer>", "</Answer>", "<Execute>", "</Execute>"]
+
+
+def with_special_tags(tokenizer, tags=TAGS):
+    """The tokenizer with the tags added as special tokens (as in DeepAnalyze's extended vocab)."""
+    from tokenizers import AddedToken
+
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in tags], special_tokens=True)
+    return tokenizer
+
+
+@pytest.fixture(scope="session")
+def qwen_like_tokenizer():
+    return build_qwen_like_tokenizer()
+
+
+@pytest.fixture
+def judge_free_data(tmp_path) -> list[str]:
+    """Overrides for a training file whose rows are all usable: the shipped datatask tasks as
+    dataset rows, scored by their code alone (no judge), and the shipped workspaces."""
+    rows = [r for r in shipped_rows().values() if r["reward_spec"]["method"] == "datatask"]
+    for r in rows:
+        r["reward_spec"] = {"method": "datatask"}
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return [f"data.train_data=['{path}']", f"environment.skyrl_gym.deepanalyze.workspace_root={DATA}"]
+
+
 def make_cfg(*overrides: str, workspace_root: Path = DATA):
     return parse_config(
         [
@@ -116,9 +242,8 @@ def make_generator(cfg, tokenizer, engine):
 
 
 def generator_input(rows: list[dict[str, Any]], n_samples: int, cfg) -> dict[str, Any]:
-    """What SkyRL's trainer builds from a dataset batch (``prepare_generator_input``)."""
-    from dataclasses import asdict
-
+    """What SkyRL's trainer builds from a dataset batch (``prepare_generator_input``, with the
+    sampling params it sends to vLLM)."""
     from skyrl.train.generators.utils import prepare_generator_input
 
     prompts = [
@@ -126,7 +251,7 @@ def generator_input(rows: list[dict[str, Any]], n_samples: int, cfg) -> dict[str
         for i, r in enumerate(rows)
     ]
     gen_input, uids = prepare_generator_input(
-        prompts, n_samples, asdict(cfg.generator.sampling_params), "deepanalyze", "train", 0
+        prompts, n_samples, vllm_params(cfg.generator.sampling_params), "deepanalyze", "train", 0
     )
     return gen_input, uids
 

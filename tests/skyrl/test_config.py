@@ -72,11 +72,12 @@ def test_scoring_truncated_episodes_needs_the_overlong_filter_off():
     assert cfg.deepanalyze.score_truncated is True
 
 
-def test_check_prints_the_resolved_settings(capsys):
-    assert main(["--check", "environment.skyrl_gym.deepanalyze.max_turns=7"]) == 0
+def test_check_prints_the_resolved_settings(capsys, judge_free_data):
+    assert main(["--check", "environment.skyrl_gym.deepanalyze.max_turns=7", *judge_free_data]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["environment.skyrl_gym.deepanalyze"]["max_turns"] == 7
     assert shown["advantage_estimator"] == ESTIMATOR
+    assert shown["rows_checked"] == 3
 
 
 def test_relative_paths_become_absolute_for_ray_workers(monkeypatch, tmp_path):
@@ -143,8 +144,9 @@ def test_a_dead_judge_stops_training_after_three_all_failed_batches():
         DeepAnalyzeTrainer._guard_outage(trainer, 8, 8)
 
 
-def test_training_on_a_machine_without_gpus_is_one_clear_line(tmp_path):
+def test_training_on_a_machine_without_gpus_is_one_clear_line(tmp_path, judge_free_data):
     cmd = [sys.executable, "-m", "deepanalyze_env.trainers.skyrl", "trainer.policy.model.path=/unused"]
+    cmd += judge_free_data
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a fresh local Ray, CPUs only
     out = subprocess.run(
         [*cmd, f"trainer.log_path={tmp_path}"], capture_output=True, text=True, cwd=ROOT, timeout=300, env=env
@@ -152,3 +154,16 @@ def test_training_on_a_machine_without_gpus_is_one_clear_line(tmp_path):
     assert out.returncode == 2, out.stderr[-1500:]
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "no GPUs" in errors[0]
+
+
+def test_trainer_output_paths_become_absolute(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    cfg = parse_config(["trainer.log_path=logs", "trainer.ckpt_path=out/ckpt", "trainer.export_path=~/exp"])
+    assert cfg.trainer.log_path == str(tmp_path / "logs")
+    assert cfg.trainer.ckpt_path == str(tmp_path / "out" / "ckpt")
+    assert cfg.trainer.export_path == os.path.join(os.path.expanduser("~"), "exp")
+
+
+def test_no_kl_loss_by_default_as_deepanalyze_trained():
+    assert parse_config([]).trainer.algorithm.use_kl_loss is False
+    assert parse_config(["trainer.algorithm.use_kl_loss=true"]).trainer.algorithm.use_kl_loss is True

@@ -1,4 +1,5 @@
-"""The shipped SkyRL recipe resolves to a valid SkyRL config, with its data rendered for SkyRL."""
+"""The shipped SkyRL recipe resolves to a valid SkyRL config, with its data rendered for SkyRL and
+every row checked."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ def test_shipped_recipe_validates_and_renders_loadable_data(tmp_path, tiny_token
     assert out.returncode == 0, out.stderr[-2000:]
     shown = json.loads(out.stdout[out.stdout.index("{") :])
     assert shown["advantage_estimator"] == "deepanalyze_grpo"
+    assert shown["rows_checked"] == 9  # --check built the env for every row (test_rows: bad rows)
     assert shown["stop"] == ["</Code>", "</Answer>"] and shown["use_conversation_multi_turn"] is False
     assert shown["environment.skyrl_gym.deepanalyze"]["workspace_root"] == str(ROOT / "data")
     parquet = tmp_path / "data" / "train.parquet"

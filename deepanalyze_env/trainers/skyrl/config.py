@@ -41,6 +41,8 @@ DEFAULTS: dict[str, Any] = {
     "generator.sampling_params.stop": STOP,  # a turn ends at the tag that completes an action
     "generator.apply_overlong_filtering": True,  # contract 3: length-cut episodes stay out of the loss
     "trainer.algorithm.advantage_estimator": ESTIMATOR,  # infra failures out of the gradient
+    "trainer.algorithm.use_kl_loss": False,  # DeepAnalyze trained without it (SkyRL's default: true)
+    f"{ENV_SECTION}.row_errors": "episode",  # a row that goes bad mid-run fails its episode, not the batch
     "trainer.logger": "console",  # SkyRL defaults to wandb, which refuses to start without a key
     "data.val_data": [],  # SkyRL defaults to a gsm8k file; evaluation is opt-in here
     # DeepAnalyze's lengths (SkyRL's defaults, 512/512/1024, cannot hold one task prompt)
@@ -66,6 +68,12 @@ class AdapterConfig(BaseConfig):
     score_truncated: bool = False
     """Episodes the trainer stopped for length (the env never said done): False keeps them out of
     the loss and the baseline (DESIGN contract 3); True trains on them as a failed gate (−1.0)."""
+    outage_fraction: float = 0.9
+    """A batch counts toward the dead-judge stop when at least this fraction of its episodes that
+    needed a measured reward got none (verifier_error / environment_error). Format-gate failures
+    (scored without a judge) and length-stopped episodes are not counted."""
+    outage_batches: int = 3
+    """Stop the run after this many such batches in a row; 0 never stops."""
 
 
 @dataclass
@@ -109,10 +117,20 @@ def parse_config(overrides: list[str] | dict[str, Any]) -> DeepAnalyzeSkyRLConfi
     if model.exists():  # a local folder; a hub name stays as it is
         cfg.trainer.policy.model.path = str(model.resolve())
     cfg.data.val_data = [_absolute_data(d) for d in cfg.data.val_data or []]
+    for key in _TRAINER_PATHS:
+        setattr(cfg.trainer, key, _absolute(getattr(cfg.trainer, key)))
     _one_turn_limit(cfg, user)
     # SkyRL builds eval_sampling_params without stop strings; eval turns must end at the tags too
     if cfg.generator.eval_sampling_params is not None and cfg.generator.eval_sampling_params.stop is None:
         cfg.generator.eval_sampling_params.stop = list(cfg.generator.sampling_params.stop or [])
+    _stops_at_the_tags("generator.sampling_params.stop", cfg.generator.sampling_params.stop)
+    if cfg.generator.eval_sampling_params is not None:
+        _stops_at_the_tags("generator.eval_sampling_params.stop", cfg.generator.eval_sampling_params.stop)
+    adapter = cfg.deepanalyze
+    if not 0.0 < adapter.outage_fraction <= 1.0:
+        raise ConfigError(f"deepanalyze.outage_fraction must be in (0, 1], got {adapter.outage_fraction}")
+    if adapter.outage_batches < 0:
+        raise ConfigError(f"deepanalyze.outage_batches must be >= 0, got {adapter.outage_batches}")
     if cfg.deepanalyze.score_truncated and cfg.generator.apply_overlong_filtering:
         raise ConfigError(
             "deepanalyze.score_truncated=true needs generator.apply_overlong_filtering=false "
@@ -124,6 +142,45 @@ def parse_config(overrides: list[str] | dict[str, Any]) -> DeepAnalyzeSkyRLConfi
             "inside one assistant turn (generator.use_conversation_multi_turn=false)"
         )
     return cfg
+
+
+def _stops_at_the_tags(key: str, stop: list[str] | None) -> None:
+    """A turn must end at the tag that completes an action: without a tag in the stop list, turns
+    run past it (the env cuts the text, but the sampled tokens and their logprobs run on)."""
+    missing = [tag for tag in STOP if tag not in (stop or [])]
+    if missing:
+        raise ConfigError(
+            f"{key}={list(stop) if stop is not None else None} lacks {' and '.join(missing)}: a turn must "
+            f"stop at {' and '.join(STOP)} (other stop strings may be added)"
+        )
+
+
+def apply_tag_tokens(cfg: DeepAnalyzeSkyRLConfig, tokenizer: Any) -> dict[str, int]:
+    """Closing tags the tokenizer holds as one added token become stop token ids of training and
+    evaluation sampling (``additional_kwargs.stop_token_ids``, which SkyRL 0.4 passes to vLLM as
+    it is; vLLM keeps the stop token in the returned ids and SkyRL decodes them with special
+    tokens kept, so the env reads the tag). Idempotent; raises ConfigError for a tag that cannot
+    be stopped on. Returns ``{tag: id}``."""
+    from deepanalyze_env.trainers.tag_tokens import tag_stop_ids
+
+    ids = tag_stop_ids(tokenizer, STOP)
+    if not ids:
+        return ids
+    if cfg.generator.inference_engine.enable_return_sample_support_set:
+        raise ConfigError(
+            f"the tokenizer holds {', '.join(ids)} as added tokens, which need stop_token_ids in "
+            "generator.sampling_params.additional_kwargs, and SkyRL's sample-support capture refuses "
+            "additional_kwargs: set generator.inference_engine.enable_return_sample_support_set=false"
+        )
+    for params in (cfg.generator.sampling_params, cfg.generator.eval_sampling_params):
+        if params is None:
+            continue
+        extra = dict(params.additional_kwargs or {})
+        stop_ids = [int(i) for i in extra.get("stop_token_ids") or []]
+        stop_ids += [i for i in ids.values() if i not in stop_ids]
+        extra["stop_token_ids"] = stop_ids
+        params.additional_kwargs = extra
+    return ids
 
 
 def _one_turn_limit(cfg: DeepAnalyzeSkyRLConfig, user: list[str]) -> None:
@@ -148,6 +205,7 @@ def _one_turn_limit(cfg: DeepAnalyzeSkyRLConfig, user: list[str]) -> None:
 # the command was started from: relative paths are made absolute here, against the caller's.
 _ENV_PATHS = ("workspace_root", "records_dir")
 _JUDGE_PATHS = ("cache_path", "prompt_dir")
+_TRAINER_PATHS = ("log_path", "ckpt_path", "export_path")
 
 
 def _absolute(value: str | None) -> str | None:

@@ -19,7 +19,13 @@ from skyrl.train.entrypoints.main_base import BasePPOExp  # also sets multiproce
 
 from deepanalyze_env.core.config import ConfigError
 from deepanalyze_env.trainers.skyrl.advantage import register_estimator
-from deepanalyze_env.trainers.skyrl.config import ENV_SECTION, ESTIMATOR, DeepAnalyzeSkyRLConfig, parse_config
+from deepanalyze_env.trainers.skyrl.config import (
+    ENV_SECTION,
+    ESTIMATOR,
+    DeepAnalyzeSkyRLConfig,
+    apply_tag_tokens,
+    parse_config,
+)
 from deepanalyze_env.trainers.skyrl.trainer import DeepAnalyzeTrainer
 
 log = logging.getLogger(__name__)
@@ -38,6 +44,12 @@ def register_all() -> None:
 
 class DeepAnalyzeExp(BasePPOExp):
     """SkyRL's experiment with our trainer; generator, datasets and inference are SkyRL's own."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        # the tokenizer SkyRL loaded is the one generation runs with: its tag tokens decide the
+        # stop ids (the driver did the same when it could read the tokenizer; this is idempotent)
+        apply_tag_tokens(self.cfg, self.tokenizer)
 
     def get_tracker(self):
         # SkyRL's tensorboard backend writes to $TENSORBOARD_DIR or ./tensorboard_log in the Ray
@@ -97,6 +109,37 @@ def check_config(cfg: DeepAnalyzeSkyRLConfig) -> None:
         )
 
 
+def check_tokenizer(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, int] | None:
+    """Read the policy's tokenizer when it is a local folder and apply its tag tokens (see
+    ``apply_tag_tokens``); a hub name is read by the training task instead (no download here)."""
+    from pathlib import Path
+
+    path = Path(cfg.trainer.policy.model.path)
+    if not path.is_dir():
+        log.warning(
+            "%s is not a local folder: its tag tokens are checked when the training task loads it",
+            cfg.trainer.policy.model.path,
+        )
+        return None
+    from skyrl.utils.tok import get_tokenizer
+
+    try:
+        tokenizer = get_tokenizer(
+            str(path), use_fast=not cfg.trainer.disable_fast_tokenizer, padding_side="left"
+        )
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the tokenizer of {path}: {exc}") from exc
+    return apply_tag_tokens(cfg, tokenizer)
+
+
+def check_rows(cfg: DeepAnalyzeSkyRLConfig) -> int:
+    """Every training and evaluation row, with the env's own checks (``row_check``)."""
+    from deepanalyze_env.core.row_check import check_data
+
+    sources = [*cfg.data.train_data, *(cfg.data.val_data or [])]
+    return check_data(sources, cfg.environment.skyrl_gym.deepanalyze)
+
+
 def summary(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, Any]:
     import dataclasses
 
@@ -108,6 +151,8 @@ def summary(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, Any]:
         "max_turns": cfg.generator.max_turns,
         "n_samples_per_prompt": cfg.generator.n_samples_per_prompt,
         "stop": cfg.generator.sampling_params.stop,
+        "stop_token_ids": (cfg.generator.sampling_params.additional_kwargs or {}).get("stop_token_ids"),
+        "use_kl_loss": cfg.trainer.algorithm.use_kl_loss,
         "use_conversation_multi_turn": cfg.generator.use_conversation_multi_turn,
         "apply_overlong_filtering": cfg.generator.apply_overlong_filtering,
         "score_truncated": cfg.deepanalyze.score_truncated,
@@ -128,14 +173,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = parse_config(args.overrides)
+        check_tokenizer(cfg)
         check_config(cfg)
+        rows = check_rows(cfg)
     except ConfigError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
     if args.check:
         import json
 
-        sys.stdout.write(json.dumps(summary(cfg), indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps({**summary(cfg), "rows_checked": rows}, indent=2, default=str) + "\n")
         return 0
     from skyrl.train.utils.utils import initialize_ray
 

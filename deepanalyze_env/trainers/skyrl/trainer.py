@@ -22,7 +22,8 @@ from skyrl.train.trainer import RayPPOTrainer
 log = logging.getLogger(__name__)
 
 FAILED_GATE = -1.0
-MAX_ALL_INFRA_BATCHES = 3
+OUTAGE_FRACTION = 0.9  # defaults of deepanalyze.outage_fraction / outage_batches
+OUTAGE_BATCHES = 3
 
 
 def row_verdict(env_metrics: dict[str, Any] | None, score_truncated: bool) -> str:
@@ -45,14 +46,23 @@ def _set_final_reward(reward: Any, value: float) -> Any:
 
 
 def exclude_rows(generator_output: dict[str, Any], score_truncated: bool) -> dict[str, int]:
-    """Apply the verdicts in place; returns how many rows each verdict got."""
+    """Apply the verdicts in place; returns how many rows each verdict got.
+
+    A row the env finished whose last turn still ran out of tokens was already masked by SkyRL's
+    overlong filter (``generator.apply_overlong_filtering``): it counts as ``length`` too.
+    """
     env_metrics = generator_output.get("env_metrics") or [None] * len(generator_output["loss_masks"])
-    counts = {"train": 0, "infra": 0, "length": 0, "length_scored": 0}
+    stop_reasons = generator_output.get("stop_reasons") or ["stop"] * len(env_metrics)
+    counts = {"train": 0, "infra": 0, "length": 0, "length_scored": 0, "gate_failed": 0}
     masks = generator_output["loss_masks"]
     rewards = generator_output["rewards"]
     for i, metrics in enumerate(env_metrics):
         verdict = row_verdict(metrics, score_truncated)
+        if verdict == "train" and stop_reasons[i] != "stop" and not any(masks[i]):
+            verdict = "length"  # SkyRL's overlong filter masked it
         counts[verdict] += 1
+        if verdict == "train" and (metrics or {}).get("format_ok", 1.0) == 0.0:
+            counts["gate_failed"] += 1  # scored without any judge: says nothing about an outage
         if verdict in ("infra", "length"):
             masks[i] = [0] * len(masks[i])
         elif verdict == "length_scored":
@@ -64,7 +74,7 @@ class DeepAnalyzeTrainer(RayPPOTrainer):
     def postprocess_generator_output(self, generator_output, uids, *args, **kwargs):
         adapter = getattr(self.cfg, "deepanalyze", None)
         counts = exclude_rows(generator_output, bool(getattr(adapter, "score_truncated", False)))
-        total = max(1, sum(counts.values()))
+        total = max(1, sum(counts[k] for k in ("train", "infra", "length", "length_scored")))
         live = sum(1 for mask in generator_output["loss_masks"] if sum(mask) > 0)  # after every filter
         self.all_metrics.update(
             {
@@ -74,26 +84,41 @@ class DeepAnalyzeTrainer(RayPPOTrainer):
                 "deepanalyze/trained_fraction": live / total,
             }
         )
-        self._guard_outage(counts["infra"], total)
+        # the outage rate among episodes that needed a measured reward: format-gate failures and
+        # length-stopped episodes are scored (or masked) without the judge
+        self._guard_outage(counts["infra"], counts["infra"] + counts["train"] - counts["gate_failed"])
         return super().postprocess_generator_output(generator_output, uids, *args, **kwargs)
 
     def _guard_outage(self, infra: int, total: int) -> None:
-        """A dead judge (wrong endpoint, missing key on this node) turns every episode into a
-        verifier_error, which trains nothing: warn each time, stop after a few such batches."""
+        """A dead judge (wrong endpoint, missing key on this node) turns every episode that reaches
+        it into a verifier_error and trains nothing: warn each time, stop after a few such batches.
+        ``total`` counts the episodes that needed a measured reward (format-gate failures are
+        scored without a judge, so a dead judge leaves them alone and they are not counted)."""
+        adapter = getattr(getattr(self, "cfg", None), "deepanalyze", None)
+        threshold = float(getattr(adapter, "outage_fraction", OUTAGE_FRACTION))
+        limit = int(getattr(adapter, "outage_batches", OUTAGE_BATCHES))
+        fraction = infra / max(1, total)
+        outage = infra > 0 and fraction >= threshold
+        streak = getattr(self, "_outage_streak", 0)
+        self._outage_streak = streak + 1 if outage else 0
         if infra:
             log.warning(
-                "%d of %d episodes had no measured reward (verifier/environment error): kept out of "
-                "the loss and the baseline; the records say why",
+                "%d of %d episodes that needed a measured reward (%.0f%%) got none (verifier/environment "
+                "error): kept out of the loss and the baseline; the records say why.%s",
                 infra,
                 total,
+                100 * fraction,
+                f" Outage batch {self._outage_streak} of {limit} in a row (>= {threshold:.0%} failed) before "
+                "the run stops (deepanalyze.outage_fraction / outage_batches)"
+                if outage and limit
+                else "",
             )
-        streak = getattr(self, "_all_infra_streak", 0)
-        self._all_infra_streak = streak + 1 if infra == total else 0
-        if self._all_infra_streak >= MAX_ALL_INFRA_BATCHES:
+        if limit and self._outage_streak >= limit:
             raise RuntimeError(
-                f"every episode of the last {MAX_ALL_INFRA_BATCHES} batches had no measured reward "
-                "(verifier_error / environment_error): check the judge endpoint and its API key on the "
-                "node running the trainer, and the errors in env.records_dir"
+                f"{limit} batches in a row: at least {threshold:.0%} of the episodes that needed a "
+                "measured reward got none (verifier_error / environment_error): check the judge endpoint "
+                "and its API key on the node running the trainer, and the errors in env.records_dir "
+                "(deepanalyze.outage_fraction / outage_batches set this stop)"
             )
 
     def compute_advantages_and_returns(self, data):
