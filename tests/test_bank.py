@@ -224,3 +224,43 @@ def test_the_gate_keeps_a_clear_answer_with_its_tolerance():
     truth, reason = judge(draft, "ok", gate({"answer": 2.0 / 3.0, "n": 3}))
     assert reason is None and truth.ground_truth == "0.67" and truth.tolerance == 0.005
     assert judge(draft, "error", "Traceback …") == (None, "error")
+
+
+def test_a_missing_workspace_names_the_extra_or_the_build_command(tmp_path):
+    from deepanalyze_env.config import ConfigError
+
+    task = {
+        "id": "bank-x",
+        "method": "verified",
+        "instruction": "q",
+        "reward_spec": {"method": "verified", "ground_truth": "1", "function": ["answer_match"]},
+        "data": "workspaces",
+        "workspace_id": "penguins-csv",
+        "sources": [
+            {"table": "penguins", "package": "palmerpenguins", "module": "no_such_module_13", "extra": "x"}
+        ],
+    }
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(task) + "\n")
+    with pytest.raises(ConfigError, match=r"not installed: pip install 'deepanalyze-env\[x\]'"):
+        load_rows([path], str(tmp_path))
+    task["sources"][0]["module"] = "json"
+    path.write_text(json.dumps(task) + "\n")
+    with pytest.raises(ConfigError, match=r"deepanalyze-rl bank build --out"):
+        load_rows([path], str(tmp_path))
+
+
+def test_rollout_replays_the_reference_turns_and_stats_reads_the_run(sample, tmp_path, capsys):
+    out, _ = sample
+    checkable = [t for t in tasks_of(out) if t["method"] != "openresearch"][:6]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(t) + "\n" for t in checkable))
+    run = tmp_path / "run"
+    argv = ["rollout", "--tasks", str(tasks), "--workspace-root", str(out), "--policy", "scripted"]
+    argv += ["--trajectories", str(out / "trajectories.jsonl"), "--labels", "good", "--out", str(run)]
+    assert main(argv) == 0
+    records = read_jsonl(run / "episodes.jsonl")
+    assert sorted(r["task_id"] for r in records) == sorted(t["id"] for t in checkable)
+    assert all(r["reward_status"] == "scored" and r["reward"] == 1.0 for r in records)
+    assert main(["stats", str(run)]) == 0
+    assert json.loads((run / "stats.json").read_text())

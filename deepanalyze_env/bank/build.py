@@ -8,6 +8,7 @@ are written in sorted order, and records carry no times. Layout of ``--out``::
     workspaces/<table>-<kind>/…         (workspace_root = the out folder, data = "workspaces")
     tasks/{train,dev,test}.jsonl          task files for rollout, prepare-data, training
     episodes/{train,dev,test}.jsonl       reference episodes (records) of the kept tasks
+    trajectories.jsonl                    their assistant turns, for ``rollout --policy scripted``
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def _write_jsonl(path: Path, items: Iterable[dict[str, Any]]) -> None:
 
 
 def _task(draft: Draft, spec: dict[str, Any], index: int, split: str) -> dict[str, Any]:
+    src = TABLES[draft.table]
     return {
         "id": f"bank-{draft.family}-{draft.table}-{index:03d}",
         "method": spec["method"],
@@ -69,6 +71,7 @@ def _task(draft: Draft, spec: dict[str, Any], index: int, split: str) -> dict[st
         "family": draft.family,
         "difficulty": draft.difficulty,
         "tables": [draft.table],
+        "sources": [{"table": src.name, "package": src.package, "module": src.module, "extra": src.extra}],
         "split": split,
     }
 
@@ -170,6 +173,19 @@ def build(
         in_split = [t for t in final if t["split"] == split]
         _write_jsonl(out / "tasks" / f"{split}.jsonl", in_split)
         _write_jsonl(out / "episodes" / f"{split}.jsonl", [records[t["id"]] for t in in_split])
+    # the reference turns in the scripted policy's format: `rollout --policy scripted` replays them
+    _write_jsonl(
+        out / "trajectories.jsonl",
+        (
+            {
+                "task_id": t["id"],
+                "label": "good",
+                "kind": "reference",
+                "turns": [m["content"] for m in records[t["id"]]["messages"] if m["role"] == "assistant"],
+            }
+            for t in final
+        ),
+    )
     dropped = summarise(reasons) | {"self_check": int(reasons.get("self_check", 0))}
     check_counts = {"played": len(kept), "passed": len(records), "failed": len(failures)}
     man = manifest(out, final, sources, seed, names, dropped, check_counts)
