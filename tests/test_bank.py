@@ -264,3 +264,11 @@ def test_rollout_replays_the_reference_turns_and_stats_reads_the_run(sample, tmp
     assert all(r["reward_status"] == "scored" and r["reward"] == 1.0 for r in records)
     assert main(["stats", str(run)]) == 0
     assert json.loads((run / "stats.json").read_text())
+
+
+def test_the_gate_keeps_a_tiny_p_value_shown_as_zero():
+    fmt = AnswerFormat("parts", parts=(Part("p_value", "number", 4), Part("decision", "text")))
+    draft = type("D", (), {"answer": fmt})()
+    payload = {"answer": {"p_value": 3e-30, "decision": "reject"}, "n": 40, "alpha_gap": 0.05}
+    truth, reason = judge(draft, "ok", gate(payload))
+    assert reason is None and truth.ground_truth == [["p_value", "0.0000"], ["decision", "reject"]]

@@ -31,6 +31,7 @@ TIE_REL = 1e-9
 TIE_ABS = 1e-8  # margins below this are float noise, not a winner
 MIN_SIGN = 1e-3  # |r| below this makes "positive or negative" ambiguous
 ALPHA_BAND = 1e-3
+GATE_OUTPUT_CHARS = 20_000_000
 
 
 @dataclass
@@ -61,7 +62,8 @@ def run_programs(drafts: list[Draft], workspace_root: Path, timeout_s: float = 6
         by_ws.setdefault(d.workspace.id, []).append(i)
     for ws_id, indexes in by_ws.items():
         scratch = Workspace(workspace_root / "workspaces" / ws_id)
-        kernel = Kernel(scratch.path, timeout_s=timeout_s, memory_mb=4096)
+        # the gate line of a cleaning task carries the whole reference table: no output cap
+        kernel = Kernel(scratch.path, timeout_s=timeout_s, memory_mb=4096, max_output_chars=GATE_OUTPUT_CHARS)
         try:
             for i in indexes:
                 res = kernel.run(drafts[i].program)
@@ -77,8 +79,14 @@ def _finite(value: Any) -> bool:
 
 
 def _near_rounding(value: float, decimals: int) -> bool:
+    """True when float noise around ``value`` could print other digits ("-0.00" counts as "0.00")."""
     eps = TIE_REL * max(1.0, abs(value)) + 1e-12
-    return f"{value - eps:.{decimals}f}" != f"{value + eps:.{decimals}f}"
+
+    def shown(x: float) -> str:
+        text = f"{x:.{decimals}f}"
+        return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+    return shown(value - eps) != shown(value + eps)
 
 
 def _format(value: Any, kind: str, decimals: int | None) -> str:
