@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,12 +159,6 @@ def _wrong_scores_zero(env: Any, task: dict[str, Any], value: str) -> list[str]:
 
 def empty_judge_cache(folder: Path) -> Path:
     """An empty replay cache: openresearch plans need a judge to be built, none is called for real."""
-    from rewards.judge.cache import JudgeCache  # noqa: F401  (the schema lives there)
-
     path = folder / "no-judge.sqlite"
     path.touch()
     return path
-
-
-def temp_folder() -> tempfile.TemporaryDirectory:
-    return tempfile.TemporaryDirectory(prefix="bank-")

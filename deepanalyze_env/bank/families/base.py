@@ -267,3 +267,29 @@ def num_text(value: float) -> str:
 
 def as_json(value: Any) -> str:
     return json.dumps(value)
+
+
+CHECK_RATE = 0.35
+
+
+def add_check(draft: Draft, rng: random.Random, columns: list[str]) -> Draft:
+    """Sometimes append a check turn (the columns' range and missing values) after the computation,
+    as an analyst does before answering; the answer still comes from the computing cell."""
+    if rng.random() >= CHECK_RATE or draft.workspace.kind not in ("csv", "json", "xlsx", "messy"):
+        return draft
+    cols = list(dict.fromkeys(columns))
+    code = (
+        f"{imports(draft.workspace)}\n{load_code(draft.workspace, rng)}\n"
+        f"print(df[{cols!r}].describe().round(4).to_string())\n"
+        f"print('missing:', df[{cols!r}].isna().sum().to_dict())"
+    )
+    analyze = pick(
+        rng,
+        [
+            "As a check, I look at the range and missing values of the columns involved to see that the result is plausible.",
+            "Before answering I double-check the columns I used: their distribution and whether any values are missing.",
+        ],
+    )
+    draft.cells.append(Cell(analyze, code))
+    draft.operations = (*draft.operations, "check")
+    return draft

@@ -8,6 +8,7 @@ from deepanalyze_env.bank.families.base import (
     Draft,
     FamilyContext,
     Part,
+    add_check,
     answer_print,
     decimals_for,
     explore_cell,
@@ -106,6 +107,7 @@ def filter_count(ctx: FamilyContext) -> list[Draft]:
                 key=f"{col}{op}{thr}{extra_text}",
             )
         )
+        add_check(out[-1], rng, [col])
     return out
 
 
@@ -179,6 +181,7 @@ def describe_stat(ctx: FamilyContext) -> list[Draft]:
                 key=f"{stat}:{col}{where}",
             )
         )
+        add_check(out[-1], rng, [col])
     return out
 
 
@@ -357,6 +360,7 @@ def share_percent(ctx: FamilyContext) -> list[Draft]:
                 key=key,
             )
         )
+        add_check(out[-1], rng, [col])
     return out
 
 

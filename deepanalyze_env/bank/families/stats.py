@@ -11,6 +11,7 @@ from deepanalyze_env.bank.families.base import (
     Draft,
     FamilyContext,
     Part,
+    add_check,
     answer_print,
     decimals_for,
     explore_cell,
@@ -113,6 +114,7 @@ def correlation(ctx: FamilyContext) -> list[Draft]:
                 key=key,
             )
         )
+        add_check(out[-1], rng, [a, b])
     return out
 
 
@@ -185,6 +187,7 @@ def ols(ctx: FamilyContext) -> list[Draft]:
                 key=f"ols:{y}~{x_list}",
             )
         )
+        add_check(out[-1], rng, cols)
     return out
 
 

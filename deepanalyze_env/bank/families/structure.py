@@ -8,6 +8,7 @@ from deepanalyze_env.bank.families.base import (
     Cell,
     Draft,
     FamilyContext,
+    add_check,
     answer_print,
     decimals_for,
     explore_cell,
@@ -153,6 +154,7 @@ def timeseries(ctx: FamilyContext) -> list[Draft]:
                 key=key,
             )
         )
+        add_check(out[-1], rng, [tcol, col])
     return out
 
 
