@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -215,7 +214,3 @@ def check(out: Path, **kwargs: Any) -> list[str]:
         fresh = Path(tmp) / "bank"
         build(fresh, **kwargs)
         return compare(fresh, out)
-
-
-def remove(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
