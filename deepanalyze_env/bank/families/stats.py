@@ -44,10 +44,15 @@ def correlation(ctx: FamilyContext) -> list[Draft]:
             answer = AnswerFormat(
                 "parts", parts=(Part("correlation", "number", 3), Part("direction", "text"))
             )
-            instruction = (
-                f"In {fname}, compute the Pearson correlation between {a} and {b} (rows with a missing value in either "
-                "column are left out) and say whether the relationship is positive or negative. Answer as "
-                "@correlation[value] @direction[positive or negative], the correlation rounded to 3 decimals."
+            instruction = pick(
+                rng,
+                [
+                    f"In {fname}, compute the Pearson correlation between {a} and {b} (rows with a missing value in either "
+                    "column are left out) and say whether the relationship is positive or negative. Answer as "
+                    "@correlation[value] @direction[positive or negative], the correlation rounded to 3 decimals.",
+                    f"How are {a} and {b} related in {fname}? Give their Pearson correlation over the complete rows and its "
+                    "sign, as @correlation[value] @direction[positive or negative] (correlation to 3 decimals).",
+                ],
             )
             program_calc = f"d = df[[{q(a)}, {q(b)}]].dropna()\nr = float(d[{q(a)}].corr(d[{q(b)}]))\n"
             payload = '{"answer": {"correlation": r, "direction": "positive" if r > 0 else "negative"}, "n": len(d), "margin": abs(r)}'
@@ -139,10 +144,17 @@ def ols(ctx: FamilyContext) -> list[Draft]:
         x_list = ", ".join(xs)
         fmt = " ".join(f"@{p.name}[value]" for p in parts)
         rounding = "; ".join(f"{p.name} to {p.decimals} decimals" for p in parts)
-        instruction = (
-            f"Using {fname}, fit an ordinary least squares regression of {y} on {x_list} with an intercept "
-            f"(drop rows with a missing value in these columns). Report the slope coefficient(s) and R². "
-            f"Answer as {fmt}, rounded: {rounding}."
+        instruction = pick(
+            rng,
+            [
+                f"Using {fname}, fit an ordinary least squares regression of {y} on {x_list} with an intercept "
+                f"(drop rows with a missing value in these columns). Report the slope coefficient(s) and R². "
+                f"Answer as {fmt}, rounded: {rounding}.",
+                f"Regress {y} on {x_list} by OLS with a constant term, using the complete rows of {fname}. "
+                f"What are the estimated slope(s) and the R² of the fit? Reply as {fmt} ({rounding}).",
+                f"How well does {x_list} explain {y} in {fname}? Fit a linear model {y} ~ {x_list} (OLS, with an "
+                f"intercept, rows with missing values dropped) and give {fmt}, rounded: {rounding}.",
+            ],
         )
         cols = [y, *xs]
         program = (
@@ -220,21 +232,33 @@ def hypothesis_test(ctx: FamilyContext) -> list[Draft]:
                 g2 = f"df.loc[df[{q(other)}] <= df[{q(other)}].median(), {q(col)}].dropna()"
                 groups = f"rows whose {other} is above its median and the other rows (at or below the median)"
                 key = f"t:{col}:median:{other}"
-            instruction = (
-                f"Using {fname}, test whether the mean of {col} differs between {groups} with Welch's two-sample t-test "
-                "(unequal variances, two-sided; missing values dropped). At the 0.05 level, do you reject the null "
-                "hypothesis of equal means? Answer as @p_value[value] @decision[reject or fail to reject], the p-value "
-                "rounded to 4 decimals."
+            instruction = pick(
+                rng,
+                [
+                    f"Using {fname}, test whether the mean of {col} differs between {groups} with Welch's two-sample t-test "
+                    "(unequal variances, two-sided; missing values dropped). At the 0.05 level, do you reject the null "
+                    "hypothesis of equal means? Answer as @p_value[value] @decision[reject or fail to reject], the p-value "
+                    "rounded to 4 decimals.",
+                    f"Is the average {col} different for {groups} in {fname}? Run a two-sided Welch t-test (scipy's "
+                    "ttest_ind with equal_var=False, missing values dropped) and decide at alpha = 0.05. Reply as "
+                    "@p_value[value] @decision[reject or fail to reject] with the p-value to 4 decimals.",
+                ],
             )
             program_calc = f"from scipy import stats\na = {g1}\nb = {g2}\np = float(stats.ttest_ind(a, b, equal_var=False).pvalue)\nn = min(len(a), len(b))"
             calc = f"from scipy import stats\na = {g1}\nb = {g2}\nprint(len(a), len(b), round(a.mean(), 4), round(b.mean(), 4))\nres = stats.ttest_ind(a, b, equal_var=False)\nprint(res)\np = res.pvalue"
             ops = ("load", "split groups", "t-test", "decision")
         else:
             c1, c2 = rng.sample(cats, 2)
-            instruction = (
-                f"Is {c1} independent of {c2} in {fname}? Run a chi-square test of independence on their contingency "
-                "table (scipy.stats.chi2_contingency with its defaults) and decide at the 0.05 level. Answer as "
-                "@p_value[value] @decision[reject or fail to reject], the p-value rounded to 4 decimals."
+            instruction = pick(
+                rng,
+                [
+                    f"Is {c1} independent of {c2} in {fname}? Run a chi-square test of independence on their contingency "
+                    "table (scipy.stats.chi2_contingency with its defaults) and decide at the 0.05 level. Answer as "
+                    "@p_value[value] @decision[reject or fail to reject], the p-value rounded to 4 decimals.",
+                    f"Cross-tabulate {c1} against {c2} in {fname} and test for an association with a chi-square test "
+                    "(scipy.stats.chi2_contingency, default settings). Using alpha = 0.05, give @p_value[value] "
+                    "@decision[reject or fail to reject], the p-value to 4 decimals.",
+                ],
             )
             program_calc = (
                 f"from scipy import stats\ntab = pd.crosstab(df[{q(c1)}], df[{q(c2)}])\np = float(stats.chi2_contingency(tab)[1])\n"

@@ -58,8 +58,12 @@ def timeseries(ctx: FamilyContext) -> list[Draft]:
             high = rng.random() < 0.6
             word = "highest" if high else "lowest"
             answer = AnswerFormat("integer")
-            instruction = (
-                f"From {fname}, take {unit}. Which year has the {word} value of {col}? Answer with the year."
+            instruction = pick(
+                rng,
+                [
+                    f"From {fname}, take {unit}. Which year has the {word} value of {col}? Answer with the year.",
+                    f"Looking at {unit} in {fname}, in which year was {col} at its {word}? Reply with the year only.",
+                ],
             )
             asc = "False" if high else "True"
             calc_gate = f"s = yearly.dropna().sort_values(ascending={asc})\nresult = int(s.index[0])\nmargin = abs(float(s.iloc[0]) - float(s.iloc[1]))\nn = len(s)"
@@ -191,9 +195,14 @@ def join_aggregate(ctx: FamilyContext) -> list[Draft]:
         if cats and rng.random() < 0.5:
             cat = pick(rng, cats)
             answer = AnswerFormat("text")
-            instruction = (
-                f"{a} and {b} describe the same records (key record_id). Which value of {cat} (in {a}) has the highest "
-                f"mean {measure} (in {b})? Answer with the {cat} value."
+            instruction = pick(
+                rng,
+                [
+                    f"{a} and {b} describe the same records (key record_id). Which value of {cat} (in {a}) has the "
+                    f"highest mean {measure} (in {b})? Answer with the {cat} value.",
+                    f"Combine {a} with {b} using their shared key record_id. Grouping by {cat}, which group has the "
+                    f"largest average {measure}? Give the {cat} value only.",
+                ],
             )
             gate = f"m = df.groupby({q(cat)})[{q(measure)}].mean().dropna().sort_values(ascending=False)\nresult = str(m.index[0])\nn = len(m)\nmargin = float(m.iloc[0] - m.iloc[1]) if len(m) > 1 else 0.0"
             calc = f"means = df.groupby({q(cat)})[{q(measure)}].mean()\nprint(means.round(4).to_string())\nbest = means.idxmax()"
@@ -214,9 +223,14 @@ def join_aggregate(ctx: FamilyContext) -> list[Draft]:
             else:
                 continue
             answer = AnswerFormat("number", dec)
-            instruction = (
-                f"{a} and {b} describe the same records and share the key record_id. What is the mean {measure} (in {b}) "
-                f"of the records whose {cond_text}? Ignore missing values; round to {dec} decimals."
+            instruction = pick(
+                rng,
+                [
+                    f"{a} and {b} describe the same records and share the key record_id. What is the mean {measure} "
+                    f"(in {b}) of the records whose {cond_text}? Ignore missing values; round to {dec} decimals.",
+                    f"Link the rows of {a} and {b} through record_id. For the records whose {cond_text}, what is the "
+                    f"average {measure} (from {b}, missing values ignored)? Round to {dec} decimals.",
+                ],
             )
             gate = f"sel = df.loc[{cond}, {q(measure)}].dropna()\nresult = float(sel.mean())\nn = len(sel)\nmargin = None"
             calc = f"sel = df.loc[{cond}, {q(measure)}]\nprint('matching records:', sel.notna().sum())\nvalue = sel.mean()"

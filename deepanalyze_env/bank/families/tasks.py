@@ -50,12 +50,18 @@ def cleaning(ctx: FamilyContext) -> list[Draft]:
                 f"value = df[{q(fill_col)}].{fill_how}()\ndf.loc[df[{q(fill_col)}].isna(), {q(fill_col)}] = value"
             )
             ops.append("impute")
-        instruction = (
-            f"Clean {raw}: "
-            + "; then ".join(steps)
-            + f". Keep all columns in their original order and the remaining "
-            f"rows in their original order, and save the result as {target} (comma-separated, header row, no index "
-            "column). Report how many rows the cleaned file has. Answer with that integer."
+        keep = (
+            f"Keep all columns in their original order and the remaining rows in their original order, and save the "
+            f"result as {target} (comma-separated, header row, no index column)."
+        )
+        todo = "; then ".join(steps)
+        instruction = pick(
+            rng,
+            [
+                f"Clean {raw}: {todo}. {keep} Report how many rows the cleaned file has. Answer with that integer.",
+                f"{raw} has duplicated rows and missing values. Prepare a clean copy: {todo}. {keep} How many rows "
+                "does the cleaned file have? Answer with an integer.",
+            ],
         )
         answer = AnswerFormat("integer", file=target)
         body = "\n".join(code_steps)
