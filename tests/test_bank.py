@@ -272,3 +272,11 @@ def test_the_gate_keeps_a_tiny_p_value_shown_as_zero():
     payload = {"answer": {"p_value": 3e-30, "decision": "reject"}, "n": 40, "alpha_gap": 0.05}
     truth, reason = judge(draft, "ok", gate(payload))
     assert reason is None and truth.ground_truth == [["p_value", "0.0000"], ["decision", "reject"]]
+
+
+def test_bank_build_on_an_existing_bank_keeps_it(sample, capsys):
+    out, _ = sample
+    before = (out / "manifest.json").read_bytes()
+    assert main(["bank", "build", "--out", str(out)]) == 0
+    assert "already built" in capsys.readouterr().out
+    assert (out / "manifest.json").read_bytes() == before

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import tempfile
 from collections import Counter
@@ -192,6 +193,20 @@ def build(
         json.dumps(man, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
     )
     return BuildResult(out, final, dropped, check_counts, failures, man)
+
+
+def cache_folder(seed: int = DEFAULT_SEED) -> Path:
+    """Where the bank is built on first use: ``$XDG_CACHE_HOME`` (or ``~/.cache``)/deepanalyze-env/."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "deepanalyze-env" / f"bank-seed{seed}"
+
+
+def ensure(out: Path | None = None, seed: int = DEFAULT_SEED, **kwargs: Any) -> Path:
+    """The bank folder, built first if it holds no manifest (build on first use)."""
+    out = out or cache_folder(seed)
+    if not (out / MANIFEST).is_file():
+        build(out, seed=seed, **kwargs)
+    return out
 
 
 def compare(built: Path, existing: Path) -> list[str]:

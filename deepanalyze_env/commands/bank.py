@@ -8,7 +8,6 @@ for the same seed and package versions, which ``--check`` verifies against an ex
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,9 @@ from deepanalyze_env.commands.common import UsageError, console, make_parser
 
 
 def default_out(seed: int) -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "deepanalyze-env" / f"bank-seed{seed}"
+    from deepanalyze_env.bank.build import cache_folder
+
+    return cache_folder(seed)
 
 
 def add_parser(sub: Any) -> None:
@@ -75,6 +75,9 @@ def cmd_bank_build(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out(args.seed)
     if args.workers < 1:
         raise UsageError("--workers must be >= 1")
+    if not args.check and (out / "manifest.json").is_file():
+        console.print(f"a bank is already built at {out}; --check verifies it, another --out builds anew")
+        return 0
     kwargs = {"seed": args.seed, "families": args.families, "tables": args.tables, "workers": args.workers}
     progress, tick = _progress()
     try:
