@@ -47,3 +47,6 @@ register_method(Method("qa", ("qa_accuracy", "judge_analysis", "qa_exact"), weig
 # Functions named in reward_spec["function"] come first, as upstream lists them.
 register_method(Method("datatask", ("datatask_code",), fence_gate=True))
 register_method(Method("openresearch", ("openresearch_code", "openresearch_turns"), fence_gate=True))
+# Checkable answers without a judge (the task bank): the scorers come from reward_spec["function"]
+# (answer_match, answer_parts, …); a "verified" task that names none fails when the plan is built.
+register_method(Method("verified", ()))

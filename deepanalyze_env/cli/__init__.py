@@ -8,7 +8,7 @@ outside this folder imports it: library code raises ``ConfigError`` and the CLI 
 from __future__ import annotations
 
 # modules under deepanalyze_env.cli, in --help order
-COMMANDS = ("train", "rollout", "judge_eval", "stats", "rescore", "view", "export", "prepare_data")
+COMMANDS = ("train", "rollout", "judge_eval", "stats", "rescore", "view", "export", "prepare_data", "bank")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,11 +40,35 @@ def is_dataset_row(obj: dict[str, Any]) -> bool:
     return "prompt" in obj and "reward_spec" in obj
 
 
+def missing_source_message(task: dict[str, Any], workspace_root: str | None) -> str:
+    """A task built from a packaged table (the bank) whose workspace is absent: say what to install
+    (when the table's package is missing) or what to build."""
+    import importlib.util
+
+    for src in task["sources"]:
+        module = str(src.get("module", ""))
+        if module and importlib.util.find_spec(module) is None:
+            return (
+                f"task {task.get('id')!r} uses table {src.get('table')!r} from {src.get('package')}, "
+                f"which is not installed: pip install 'deepanalyze-env[{src.get('extra', 'kernel')}]', "
+                "then build the bank"
+            )
+    return (
+        f"task {task.get('id')!r}: workspace {task.get('data')}/{task.get('workspace_id')} is missing under "
+        f"{workspace_root}; build the bank there: deepanalyze-rl bank build --out {workspace_root}"
+    )
+
+
 def task_to_row(task: dict[str, Any], workspace_root: str | None) -> dict[str, Any]:
     missing = [k for k in TASK_KEYS if k not in task]
     if missing:
         raise ConfigError(f"task {task.get('id', '?')!r} is missing {', '.join(missing)}")
-    workspace = resolve_workspace(workspace_root, task.get("data"), task.get("workspace_id"))
+    try:
+        workspace = resolve_workspace(workspace_root, task.get("data"), task.get("workspace_id"))
+    except ConfigError:
+        if task.get("sources"):
+            raise ConfigError(missing_source_message(task, workspace_root)) from None
+        raise
     return {
         "prompt": [{"role": "user", "content": render_user_message(task["instruction"], workspace)}],
         "env_class": ENV_ID,

@@ -1,0 +1,231 @@
+"""The bank build: tables → workspaces → drafts → ground truth + gate → reference episodes → files.
+
+Deterministic: every random choice comes from ``random.Random(f"{seed}:{table}:{family}")``
+(so building a subset of families gives exactly those families' tasks of the full build), files
+are written in sorted order, and records carry no times. Layout of ``--out``::
+
+    manifest.json
+    workspaces/<table>-<kind>/…         (workspace_root = the out folder, data = "workspaces")
+    tasks/{train,dev,test}.jsonl          task files for rollout, prepare-data, training
+    episodes/{train,dev,test}.jsonl       reference episodes (records) of the kept tasks
+    trajectories.jsonl                    their assistant turns, for ``rollout --policy scripted``
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deepanalyze_env.offline.bank import BankError
+from deepanalyze_env.offline.bank.families import FAMILIES, Draft, FamilyContext
+from deepanalyze_env.offline.bank.quality import judge, reward_spec, run_programs, summarise
+from deepanalyze_env.offline.bank.sources import TABLES, describe
+from deepanalyze_env.offline.bank.splits import MANIFEST, SPLITS, file_hashes, manifest
+from deepanalyze_env.offline.bank.workspaces import kinds_for, write_workspace
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEED = 13
+# Drafts asked of each family per table, by split: the small dev/test table sets get more per
+# table so that they reach their sizes.
+PER_TABLE = {"train": 7, "dev": 4, "test": 4}
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+@dataclass
+class BuildResult:
+    out: Path
+    tasks: list[dict[str, Any]]
+    dropped: dict[str, int]
+    self_check: dict[str, int]
+    failures: list[str] = field(default_factory=list)
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def _write_jsonl(path: Path, items: Iterable[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        for item in items:
+            fh.write(json.dumps(item, ensure_ascii=False, sort_keys=True, allow_nan=False) + "\n")
+
+
+def _task(draft: Draft, spec: dict[str, Any], index: int, split: str) -> dict[str, Any]:
+    src = TABLES[draft.table]
+    return {
+        "id": f"bank-{draft.family}-{draft.table}-{index:03d}",
+        "method": spec["method"],
+        "instruction": draft.instruction,
+        "input_seq": draft.instruction,
+        "data": "workspaces",
+        "workspace_id": draft.workspace.id,
+        "reward_spec": spec,
+        "family": draft.family,
+        "difficulty": draft.difficulty,
+        "tables": [draft.table],
+        "sources": [{"table": src.name, "package": src.package, "module": src.module, "extra": src.extra}],
+        "split": split,
+    }
+
+
+def build(
+    out: Path,
+    *,
+    seed: int = DEFAULT_SEED,
+    families: list[str] | None = None,
+    tables: list[str] | None = None,
+    per_table: dict[str, int] | None = None,
+    workers: int = 2,
+    progress: Progress | None = None,
+) -> BuildResult:
+    """Build the bank into ``out`` (created; must be empty or absent)."""
+    names = families or sorted(FAMILIES)
+    unknown = [f for f in names if f not in FAMILIES]
+    if unknown:
+        raise BankError(f"unknown families {', '.join(unknown)}; known: {', '.join(sorted(FAMILIES))}")
+    table_names = tables or list(TABLES)
+    if bad := [t for t in table_names if t not in TABLES]:
+        raise BankError(f"unknown tables {', '.join(bad)}; known: {', '.join(sorted(TABLES))}")
+    if out.exists() and any(out.iterdir()):
+        raise BankError(f"--out {out} is not empty; give a new folder (or use --check to compare)")
+    per_table = per_table or PER_TABLE
+    tick = progress or (lambda stage, done, total: None)
+    out.mkdir(parents=True, exist_ok=True)
+    ws_root = out / "workspaces"
+    drafts: list[Draft] = []
+    sources = []
+    for n, name in enumerate(table_names, 1):
+        spec = TABLES[name]
+        frame = spec.load()
+        info = describe(spec, frame)
+        sources.append(asdict(info))
+        workspaces = {
+            kind: write_workspace(ws_root, spec, frame, kind, seed, info.title, info.source)
+            for kind in kinds_for(spec, len(frame))
+        }
+        for fam in names:
+            family = FAMILIES[fam]
+            if family.kinds and not any(k in workspaces for k in family.kinds):
+                continue
+            rng = random.Random(f"{seed}:{name}:{fam}")
+            drafts.extend(family.make(FamilyContext(spec, frame, workspaces, rng, per_table[spec.split])))
+        tick("tables", n, len(table_names))
+    # ground truth from the kernel, then the gate
+    reasons: Counter = Counter()
+    kept: list[tuple[Draft, dict[str, Any]]] = []
+    seen: set[tuple[str, str, str]] = set()
+    fresh: list[Draft] = []
+    for d in drafts:
+        key = (d.family, d.workspace.id, d.instruction)
+        if key in seen:
+            reasons["duplicate"] += 1
+            continue
+        seen.add(key)
+        fresh.append(d)
+    results = run_programs(fresh, out)
+    tick("ground truth", len(fresh), len(fresh))
+    per_group: Counter = Counter()
+    tasks: list[dict[str, Any]] = []
+    for d, (status, output) in zip(fresh, results, strict=True):
+        truth, reason = judge(d, status, output)
+        if reason is not None:
+            reasons[reason] += 1
+            log.debug("dropped %s/%s (%s): %s", d.family, d.table, reason, output[-300:])
+            continue
+        spec = reward_spec(d, truth)
+        per_group[(d.family, d.table)] += 1
+        task = _task(d, spec, per_group[(d.family, d.table)], TABLES[d.table].split)
+        tasks.append(task)
+        kept.append((d, task))
+    # reference episodes + self-check
+    from deepanalyze_env.offline.bank.episodes import empty_judge_cache, play
+
+    failures: list[str] = []
+    records: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="bank-judge-") as tmp:
+        cache = empty_judge_cache(Path(tmp))
+        done = 0
+
+        def one(item: tuple[Draft, dict[str, Any]]):
+            draft, task = item
+            return task["id"], play(task, draft, out, cache)
+
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for task_id, check in pool.map(one, kept):
+                done += 1
+                tick("reference episodes", done, len(kept))
+                if check.ok:
+                    records[task_id] = check.record
+                else:
+                    failures.append(f"{task_id}: {'; '.join(check.problems)}")
+    if failures:
+        reasons["self_check"] += len(failures)
+    final = [t for t in tasks if t["id"] in records]
+    for split in SPLITS:
+        in_split = [t for t in final if t["split"] == split]
+        _write_jsonl(out / "tasks" / f"{split}.jsonl", in_split)
+        _write_jsonl(out / "episodes" / f"{split}.jsonl", [records[t["id"]] for t in in_split])
+    # the reference turns in the scripted policy's format: `rollout --policy scripted` replays them
+    _write_jsonl(
+        out / "trajectories.jsonl",
+        (
+            {
+                "task_id": t["id"],
+                "label": "good",
+                "kind": "reference",
+                "turns": [m["content"] for m in records[t["id"]]["messages"] if m["role"] == "assistant"],
+            }
+            for t in final
+        ),
+    )
+    dropped = summarise(reasons) | {"self_check": int(reasons.get("self_check", 0))}
+    check_counts = {"played": len(kept), "passed": len(records), "failed": len(failures)}
+    man = manifest(out, final, sources, seed, names, dropped, check_counts)
+    (out / MANIFEST).write_text(
+        json.dumps(man, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    return BuildResult(out, final, dropped, check_counts, failures, man)
+
+
+def cache_folder(seed: int = DEFAULT_SEED) -> Path:
+    """Where the bank is built on first use: ``$XDG_CACHE_HOME`` (or ``~/.cache``)/deepanalyze-env/."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "deepanalyze-env" / f"bank-seed{seed}"
+
+
+def ensure(out: Path | None = None, seed: int = DEFAULT_SEED, **kwargs: Any) -> Path:
+    """The bank folder, built first if it holds no manifest (build on first use)."""
+    out = out or cache_folder(seed)
+    if not (out / MANIFEST).is_file():
+        build(out, seed=seed, **kwargs)
+    return out
+
+
+def compare(built: Path, existing: Path) -> list[str]:
+    """What differs between two builds, file by file (empty when byte-identical)."""
+    if not existing.is_dir():
+        raise BankError(f"--check: no bank at {existing}")
+    a, b = file_hashes(built), file_hashes(existing)
+    diffs = [f"only in the new build: {p}" for p in sorted(set(a) - set(b))]
+    diffs += [f"only in {existing}: {p}" for p in sorted(set(b) - set(a))]
+    diffs += [f"differs: {p}" for p in sorted(set(a) & set(b)) if a[p] != b[p]]
+    ma, mb = (built / MANIFEST), (existing / MANIFEST)
+    if ma.is_file() and mb.is_file() and ma.read_bytes() != mb.read_bytes() and not diffs:
+        diffs.append(f"differs: {MANIFEST}")
+    return diffs
+
+
+def check(out: Path, **kwargs: Any) -> list[str]:
+    """Rebuild into a temporary folder and compare with ``out``."""
+    with tempfile.TemporaryDirectory(prefix="bank-check-") as tmp:
+        fresh = Path(tmp) / "bank"
+        build(fresh, **kwargs)
+        return compare(fresh, out)

@@ -1,0 +1,164 @@
+"""Reference episodes: each kept task played through ``DeepAnalyzeEnv`` and recorded (SFT data).
+
+An episode is: look at the files → compute (→ check) → answer, each turn an ``<Analyze>`` with
+its reason and a fenced ``<Code>`` cell run by the real kernel; the answer turn is written from
+what the episode's own code printed (the line after ``Final answer:``), not from the ground
+truth, so the self-check compares two computations: the reference program's (the ground truth)
+and the episode's (other idioms). The self-check then requires full marks on every
+deterministic component (turn shaping excepted: it measures length, not correctness), and a
+deliberately wrong answer rescored through the same plan must score 0 on every answer
+component. Records follow the record contract; the fields that measure time
+(``timings``, ``exec[].elapsed_ms``) are zeroed so that builds are byte-identical, and
+``openresearch`` episodes, built without a judge, carry ``reward_status: verifier_error`` with
+a fixed note — ``deepanalyze-rl rescore`` with a judge fills in the rubric scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deepanalyze_env.offline.bank.families.base import ANSWER_MARK, Draft
+
+ANSWER_COMPONENTS = (
+    "answer_match",
+    "answer_parts",
+    "answer_parts_all",
+    "file_schema",
+    "file_rows",
+    "file_values",
+)
+SHAPING = ("openresearch_turns",)
+UNJUDGED = "not judged at build time (no judge configured); rescore with a judge"
+
+
+@dataclass
+class EpisodeCheck:
+    record: dict[str, Any]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _turn(analyze: str, code: str) -> str:
+    return f"<Analyze>\n{analyze}\n</Analyze>\n<Code>\n```python\n{code}\n```\n</Code>"
+
+
+def _answer_from(outputs: list[str]) -> str | None:
+    for text in reversed(outputs):
+        pos = text.rfind(ANSWER_MARK)
+        if pos >= 0:
+            rest = text[pos + len(ANSWER_MARK) :]
+            return rest.split("</Execute>")[0].strip()
+    return None
+
+
+def wrong_answer(answer: str, task: dict[str, Any]) -> str:
+    """A value the ground truth rejects: numbers moved far outside the tolerance, text replaced."""
+    from rewards.answers import PART
+
+    def bump(value: str) -> str:
+        try:
+            number = float(value.replace(",", ""))
+        except ValueError:
+            return "not " + value
+        if not math.isfinite(number):
+            return "0"
+        return repr(number + 1.0 + abs(number))
+
+    if task["reward_spec"].get("function") == ["answer_parts"]:
+        return " ".join(f"@{name}[{bump(value)}]" for name, value in PART.findall(answer)) or "@none[0]"
+    return bump(answer)
+
+
+def env_config(workspace_root: Path, cache: Path, timeout_s: float) -> dict[str, Any]:
+    return {
+        "workspace_root": str(workspace_root),
+        "executor": {"timeout_s": timeout_s, "memory_mb": 4096},
+        "judge": {"backend": "replay", "model": "none", "cache_path": str(cache)},
+    }
+
+
+def play(
+    task: dict[str, Any], draft: Draft, workspace_root: Path, cache: Path, timeout_s: float = 60.0
+) -> EpisodeCheck:
+    """Run the reference episode of ``task`` through the env, record it and self-check it."""
+    from deepanalyze_env.core.env import DeepAnalyzeEnv
+    from deepanalyze_env.core.records import build_record
+    from deepanalyze_env.core.tasks import env_extras, task_to_row
+
+    row = task_to_row(task, str(workspace_root))
+    extras = env_extras(row) | {"episode_id": f"bank-{task['id']}"}
+    env = DeepAnalyzeEnv(env_config(workspace_root, cache, timeout_s), extras)
+    problems: list[str] = []
+    try:
+        env.init(row["prompt"])
+        outputs = []
+        for i, cell in enumerate(draft.cells, 1):
+            out = env.step(_turn(cell.analyze, cell.code))
+            status = out["metadata"].get("exec", {}).get("status")
+            text = out["observations"][0]["content"] if out["observations"] else ""
+            if status != "ok":
+                problems.append(f"cell {i} ended {status}: {text[-300:]}")
+            outputs.append(text)
+        value = _answer_from(outputs)
+        if value is None:
+            problems.append(f"no {ANSWER_MARK!r} line in the episode's output")
+            value = ""
+        if draft.answer.kind == "report":
+            answer_body = f"{draft.conclusion}\n{value}"
+            closing = (
+                "The figures come from the cells I ran; the saved chart shows the strongest association."
+            )
+        else:
+            answer_body = f"{draft.conclusion}\n\nAnswer: {value}"
+            closing = "The computation ran cleanly and printed the value asked for, in the requested format."
+        final = env.step(f"<Analyze>\n{closing}\n</Analyze>\n<Answer>\n{answer_body}\n</Answer>")
+        meta = final["metadata"]
+        comps = meta.get("reward_components", {})
+        judged = task["reward_spec"]["method"] == "openresearch"
+        if not judged and meta.get("reward_status") != "scored":
+            problems.append(f"reward_status {meta.get('reward_status')}: {meta.get('error')}")
+        for name, score in comps.items():
+            if name in SHAPING or (name.startswith("openresearch_") and name != "openresearch_code"):
+                continue
+            if score < 1.0:
+                problems.append(f"reference scored {name}={score:.3f}")
+        if not judged:
+            problems += _wrong_scores_zero(env, task, value)
+        record = build_record(env)
+    finally:
+        env.close(record=False)
+    record["timings"] = {}
+    for entry in record["exec"]:
+        entry["elapsed_ms"] = 0.0
+    if task["reward_spec"]["method"] == "openresearch":
+        record["judge"] = None
+        record["error"] = UNJUDGED
+    return EpisodeCheck(record, problems)
+
+
+def _wrong_scores_zero(env: Any, task: dict[str, Any], value: str) -> list[str]:
+    ctx = env._context()
+    expected = task["reward_spec"].get("expected_file")
+    if expected:
+        target = Path(ctx.workspace) / expected["name"]
+        target.unlink(missing_ok=True)
+    wrong = dataclasses.replace(ctx, answer=wrong_answer(value, task))
+    outcome = env.plan.score(wrong)
+    bad = [f"{n}={v:.3f}" for n, v in outcome.components.items() if n in ANSWER_COMPONENTS and v != 0.0]
+    if outcome.status != "scored":
+        return [f"wrong answer was not scored: {outcome.error}"]
+    return [f"a wrong answer still scored {', '.join(bad)}"] if bad else []
+
+
+def empty_judge_cache(folder: Path) -> Path:
+    """An empty replay cache: openresearch plans need a judge to be built, none is called for real."""
+    path = folder / "no-judge.sqlite"
+    path.touch()
+    return path

@@ -1,0 +1,116 @@
+"""Checkable answers without a judge: tolerance-aware match and DABench's ``@name[value]`` parts.
+
+Both read the task's ``reward_spec``: ``tolerance`` is an absolute tolerance for numeric answers
+(a number, or for ``answer_parts`` a mapping part name → number); without it numbers match to a
+relative 1e-6, as ``qa_accuracy`` does. A question that says "round to 2 decimals" sets
+``tolerance: 0.005``, so ``3.14``, ``3.140`` and an unrounded ``3.1412`` are right and ``3.2`` or
+a mis-rounded ``3.15`` (truth 3.1412) are wrong. A malformed answer (no ``@name[value]`` parts,
+no answer at all) scores 0: that is the policy's mistake. A malformed ground truth or tolerance
+raises, which the plan turns into ``verifier_error``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from rewards.normalize import REL_TOL, as_number, normalise_text
+from rewards.registry import register_reward
+
+# @name[value]; a value may hold one level of brackets (a list written as [a, b]).
+PART = re.compile(r"@([A-Za-z_][A-Za-z0-9_]*)\[((?:[^\[\]]|\[[^\[\]]*\])*)\]")
+
+
+def _tolerance(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"reward_spec.{where} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def values_match(answer: Any, truth: Any, tolerance: float | None = None) -> bool:
+    """Numbers within ``tolerance`` (absolute) or a relative 1e-6; text after normalisation.
+
+    Comma-separated truths (an ordered list such as ``"Texas, Ohio"``) match element by element,
+    so spacing after the commas does not matter but order and every element do.
+    """
+    a_num, g_num = as_number(answer), as_number(truth)
+    if a_num is not None and g_num is not None:
+        if tolerance is not None:
+            return abs(a_num - g_num) <= tolerance + 1e-9 * max(1.0, abs(g_num))
+        return math.isclose(a_num, g_num, rel_tol=REL_TOL, abs_tol=1e-12)
+    a_text, g_text = normalise_text(answer), normalise_text(truth)
+    if "," in str(truth):
+        a_items = [x.strip() for x in str(answer).strip().strip("[]()").split(",")]
+        g_items = [x.strip() for x in str(truth).strip().strip("[]()").split(",")]
+        return len(a_items) == len(g_items) and all(
+            values_match(a, g, tolerance) for a, g in zip(a_items, g_items, strict=True)
+        )
+    return a_text == g_text
+
+
+@register_reward("answer_match")
+def answer_match(answer: str | None, ground_truth, reward_spec: dict) -> float:
+    """1.0 when the final answer equals the ground truth (numbers within ``tolerance``), else 0.0."""
+    if ground_truth is None or (isinstance(ground_truth, str) and not ground_truth.strip()):
+        raise ValueError("answer_match needs a non-empty ground_truth")
+    tolerance = _tolerance(reward_spec.get("tolerance"), "tolerance")
+    if answer is None:
+        return 0.0
+    return float(values_match(answer, ground_truth, tolerance))
+
+
+def parse_parts(text: str | None) -> dict[str, str]:
+    """``@name[value]`` pairs of an answer; a name given twice keeps its last value."""
+    if not text:
+        return {}
+    return {name: value.strip() for name, value in PART.findall(text)}
+
+
+def expected_parts(ground_truth: Any) -> dict[str, str]:
+    """DABench's ``[[name, value], …]``, a ``{name: value}`` mapping, or ``"@a[1] @b[2]"`` text."""
+    if isinstance(ground_truth, Mapping):
+        parts = {str(k): v for k, v in ground_truth.items()}
+    elif isinstance(ground_truth, list | tuple):
+        parts = {}
+        for item in ground_truth:
+            if not isinstance(item, list | tuple) or len(item) != 2:
+                raise ValueError(
+                    f"answer_parts: ground_truth items must be [name, value] pairs, got {item!r}"
+                )
+            parts[str(item[0])] = item[1]
+    elif isinstance(ground_truth, str):
+        parts = parse_parts(ground_truth)
+    else:
+        raise ValueError(
+            f"answer_parts: ground_truth must be a list of pairs, got {type(ground_truth).__name__}"
+        )
+    if not parts:
+        raise ValueError("answer_parts: ground_truth holds no parts")
+    return {name: str(value) for name, value in parts.items()}
+
+
+@register_reward("answer_parts", components=("answer_parts", "answer_parts_all"))
+def answer_parts(answer: str | None, ground_truth, reward_spec: dict) -> dict[str, float]:
+    """Fraction of ``@name[value]`` parts answered correctly, and 1.0 only when all are."""
+    expected = expected_parts(ground_truth)
+    raw_tol = reward_spec.get("tolerance")
+    if isinstance(raw_tol, Mapping):
+        unknown = set(raw_tol) - set(expected)
+        if unknown:
+            raise ValueError(f"reward_spec.tolerance names parts the ground truth lacks: {sorted(unknown)}")
+        tolerances = {name: _tolerance(raw_tol.get(name), f"tolerance.{name}") for name in expected}
+    else:
+        tol = _tolerance(raw_tol, "tolerance")
+        tolerances = dict.fromkeys(expected, tol)
+    given = parse_parts(answer)
+    right = sum(
+        1
+        for name, truth in expected.items()
+        if name in given and values_match(given[name], truth, tolerances[name])
+    )
+    fraction = right / len(expected)
+    return {"answer_parts": fraction, "answer_parts_all": float(right == len(expected))}
