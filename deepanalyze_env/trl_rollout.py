@@ -138,6 +138,20 @@ def cut_at_stop(tokenizer: Any, ids: list[int]) -> int:
     return lo
 
 
+def prompt_token_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
+    """The prompt as every trainer sees it: the chat template with the generation prompt."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+def plain_token_ids(tokenizer: Any, text: str) -> list[int]:
+    """Text as plain tokens: a cell that prints a special token's text (``<|im_end|>``) must not
+    inject that token into the sequence (observations here; recorded turns in SFT)."""
+    return list(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
+
+
 @dataclass
 class _Episode:
     row: dict[str, Any]
@@ -269,10 +283,7 @@ class DeepAnalyzeRollout:
         env = DeepAnalyzeEnv(env_config=self.env_config, extras=extras)
         messages = [{k: v for k, v in m.items() if k != TASK_KEY} for m in prompt]
         messages, _ = env.init(messages)
-        prompt_ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "input_ids"):
-            prompt_ids = prompt_ids["input_ids"]
-        return _Episode(row=row, env=env, prompt_ids=list(prompt_ids))
+        return _Episode(row=row, env=env, prompt_ids=prompt_token_ids(tok, messages))
 
     def _advance(self, ep: _Episode, out: Generated, tok: Any, budget: int) -> None:
         keep = cut_at_stop(tok, out.ids)
@@ -282,7 +293,7 @@ class DeepAnalyzeRollout:
         if step["done"]:
             ep.final = {"reward": step["reward"], **step["metadata"]}
             return
-        obs_ids = tok.encode("".join(o["content"] for o in step["observations"]), add_special_tokens=False)
+        obs_ids = plain_token_ids(tok, "".join(o["content"] for o in step["observations"]))
         room = budget - len(ep.completion_ids)
         ep.add(obs_ids[: max(room, 0)], 0, None)
         if len(obs_ids) >= room:
