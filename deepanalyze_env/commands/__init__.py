@@ -3,4 +3,4 @@
 from __future__ import annotations
 
 # modules under deepanalyze_env.commands, in --help order
-COMMANDS = ("train", "rollout", "judge_eval", "stats", "rescore", "prepare_data")
+COMMANDS = ("train", "rollout", "eval", "judge_eval", "stats", "rescore", "prepare_data")
