@@ -170,3 +170,36 @@ def test_shipped_sft_recipes_are_valid(name):
     assert recipe.backend == "trl-sft"
     config = _sft_config(recipe, root / "runs" / "unused", cuda=False)
     assert config.max_steps == recipe.max_steps
+
+
+def test_local_eval_policy_sees_the_tokens_training_built(tiny_tokenizer, env_config, tmp_path):
+    """``eval --model`` (the transformers policy, continue layout) must feed the model the same
+    ids as the TRL rollout and SFT: the prompt, then each turn and observation tokenised alone."""
+    pytest.importorskip("torch")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from deepanalyze_env.policies import TransformersPolicy, TurnContext
+
+    tok = tiny_tokenizer
+    _, (record,) = rollout_with_records(
+        tok, env_config, [CODE_TURN, SPECIAL_TURN, ANSWER_TURN], tmp_path / "r"
+    )
+    folder = tmp_path / "model"
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    policy = TransformersPolicy(model=str(folder), device="cpu")
+    rendered = render_record(tok, record)
+    messages = record["messages"]
+    prompt_len = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    before_last_turn = messages[:-1]  # the context of the answer turn
+    ctx = TurnContext("e", "t0", None, 2, before_last_turn, prompt_len)
+    last_turn = len(tok.encode(ANSWER_TURN, add_special_tokens=False)) + 1  # + the closing EOS
+    assert policy._prompt_ids(ctx) == rendered.input_ids[:-last_turn]
