@@ -203,3 +203,15 @@ def test_local_eval_policy_sees_the_tokens_training_built(tiny_tokenizer, env_co
     ctx = TurnContext("e", "t0", None, 2, before_last_turn, prompt_len)
     last_turn = len(tok.encode(ANSWER_TURN, add_special_tokens=False)) + 1  # + the closing EOS
     assert policy._prompt_ids(ctx) == rendered.input_ids[:-last_turn]
+
+
+def test_unknown_sft_recipe_key_names_the_key(tmp_path):
+    from deepanalyze_env.config import ConfigError
+    from deepanalyze_env.recipes import load_recipe
+
+    recipe = tmp_path / "sft.yaml"
+    recipe.write_text(
+        yaml.safe_dump({"backend": "trl-sft", "output_dir": "o", "model": "m", "data": ["r.jsonl"]})
+    )
+    with pytest.raises(ConfigError, match=r"unknown key sft\.kep"):
+        load_recipe(recipe, ["sft.kep=format_ok"])
