@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at the end",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "settings": {k: v for k, v in vars(args).items() if k not in ("train", "dev", "test", "trajectories")}
-        | {"train": args.train, "dev": args.dev, "test": args.test},
+        | {"train": train, "dev": dev, "test": test},  # the files used (judge-free copies when so)
         "seconds": timings | {"total": round(time.monotonic() - start, 1)},
         "dev": dev_results,
         "test": test_result,
