@@ -8,7 +8,18 @@ outside this folder imports it: library code raises ``ConfigError`` and the CLI 
 from __future__ import annotations
 
 # modules under deepanalyze_env.cli, in --help order
-COMMANDS = ("train", "rollout", "judge_eval", "stats", "rescore", "view", "export", "prepare_data", "bank")
+COMMANDS = (
+    "train",
+    "rollout",
+    "eval",
+    "judge_eval",
+    "stats",
+    "rescore",
+    "view",
+    "export",
+    "prepare_data",
+    "bank",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,7 +51,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         from deepanalyze_env.offline.export import ExportError, export_runs
     except ImportError as exc:
         raise UsageError(f"export needs the datasets package ({exc}); pip install -e '.[export]'")
-    from deepanalyze_env.offline.filters import FilterError
+    from deepanalyze_env.core.filters import FilterError
 
     if args.shard_rows < 1:
         raise UsageError("--shard-rows must be >= 1")

@@ -116,8 +116,8 @@ def build_policy(args: argparse.Namespace) -> Any:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
+    from deepanalyze_env.core.filters import FilterError, RecordFilter
     from deepanalyze_env.core.tasks import load_rows
-    from deepanalyze_env.offline.filters import FilterError, RecordFilter
     from deepanalyze_env.offline.rollout import EpisodeResult, plan_jobs, run_jobs
     from deepanalyze_env.offline.rundir import RunDir, RunDirError, task_fingerprint
 

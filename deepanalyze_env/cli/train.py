@@ -1,4 +1,4 @@
-"""``deepanalyze-rl train RECIPE [key=value ...]``: run a GRPO recipe."""
+"""``deepanalyze-rl train RECIPE [key=value ...]``: run a GRPO recipe or an SFT warm start."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def add_parser(sub: Any) -> None:
     p = make_parser(
         sub,
         "train",
-        "run a GRPO recipe (TRL or SkyRL backend)",
+        "run a recipe: GRPO (TRL or SkyRL backend) or the SFT warm start (trl-sft)",
         "deepanalyze-rl train recipes/trl_cpu_smoke.yaml max_steps=2 output_dir=runs/smoke",
     )
     p.add_argument("recipe", metavar="RECIPE", help="recipe YAML (DESIGN contract 7)")
@@ -42,6 +42,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         from deepanalyze_env.trainers.skyrl.launch import train_skyrl
 
         return train_skyrl(recipe, check=check)
+    if recipe.backend == "trl-sft":
+        from deepanalyze_env.trainers.trl.sft import train_sft
+
+        return train_sft(recipe, check=check)
     if check:
         console.print_json(data=dataclasses.asdict(recipe))
         return 0

@@ -35,7 +35,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from deepanalyze_env.offline.filters import FilterError, RecordFilter
+    from deepanalyze_env.core.filters import FilterError, RecordFilter
     from deepanalyze_env.offline.viewer import ViewError, build_view
 
     first = Path(args.runs[0])

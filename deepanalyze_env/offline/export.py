@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deepanalyze_env.core.filters import DERIVED, RecordFilter
 from deepanalyze_env.core.records import load_run
-from deepanalyze_env.offline.filters import DERIVED, RecordFilter
 from deepanalyze_env.offline.rundir import MANIFEST
 from deepanalyze_env.offline.stats import compute_stats, summary_rows
 

@@ -251,20 +251,16 @@ class TransformersPolicy:
         return f"transformers:{self.model}"
 
     def _prompt_ids(self, ctx: TurnContext) -> list[int]:
-        tok = self._tok
+        from deepanalyze_env.core.tokens import plain_token_ids, prompt_token_ids
+
         if self.layout == "chat":
-            ids = tok.apply_chat_template(ctx.messages, add_generation_prompt=True, tokenize=True)
-        else:
-            ids = tok.apply_chat_template(
-                ctx.messages[: ctx.prompt_len], add_generation_prompt=True, tokenize=True
-            )
-            if hasattr(ids, "keys"):
-                ids = ids["input_ids"]
-            body = "".join(m["content"] for m in ctx.messages[ctx.prompt_len :])
-            ids = list(ids) + (tok.encode(body, add_special_tokens=False) if body else [])
-        if hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return list(ids)
+            return prompt_token_ids(self._tok, ctx.messages)
+        # each turn and observation tokenised on its own, as the TRL rollout and SFT build them:
+        # one joined string would merge tokens across the boundaries the policy trained with
+        ids = prompt_token_ids(self._tok, ctx.messages[: ctx.prompt_len])
+        for message in ctx.messages[ctx.prompt_len :]:
+            ids += plain_token_ids(self._tok, message["content"])
+        return ids
 
     def act(self, ctx: TurnContext) -> PolicyTurn:
         import torch

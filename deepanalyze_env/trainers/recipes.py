@@ -1,5 +1,8 @@
 """Recipe files (DESIGN contract 7): YAML with ``backend``, ``output_dir``, ``max_steps``,
-``model``, ``data``, ``env``, ``rollout``, ``trl``, ``skyrl``; ``key=value`` overrides on top.
+``model``, ``data``, ``env``, ``rollout``, ``trl``, ``skyrl``, ``sft``; ``key=value`` overrides on top.
+
+``backend: trl-sft`` is the SFT warm start: ``data`` names episode records (files or run
+folders), ``sft`` selects them (``keep``, ``statuses``) and ``trl`` holds ``SFTConfig`` settings.
 
 Overrides use dotted keys (``env.judge.base_url=http://…``) and YAML scalars (``max_steps=2``).
 Top-level keys are checked here; ``env`` is checked by ``EnvConfig`` and ``trl`` by
@@ -16,9 +19,10 @@ import yaml
 
 from deepanalyze_env.core.config import ConfigError, EnvConfig
 
-TOP_LEVEL = ("backend", "output_dir", "max_steps", "model", "data", "env", "rollout", "trl", "skyrl")
+TOP_LEVEL = ("backend", "output_dir", "max_steps", "model", "data", "env", "rollout", "trl", "skyrl", "sft")
 ROLLOUT_KEYS = ("max_turn_tokens", "score_truncated", "env_workers")
-BACKENDS = ("trl", "skyrl")
+SFT_KEYS = ("keep", "statuses")
+BACKENDS = ("trl", "skyrl", "trl-sft")
 
 
 @dataclass
@@ -32,6 +36,7 @@ class Recipe:
     rollout: dict[str, Any] = field(default_factory=dict)
     trl: dict[str, Any] = field(default_factory=dict)
     skyrl: dict[str, Any] = field(default_factory=dict)
+    sft: dict[str, Any] = field(default_factory=dict)
     source: str = ""
 
 
@@ -76,13 +81,17 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
         raise ConfigError(f"{path}: backend must be one of {', '.join(BACKENDS)}, got {tree['backend']!r}")
     data = tree["data"]
     data = [data] if isinstance(data, str) else list(data)
-    for section in ("env", "rollout", "trl", "skyrl"):
+    for section in ("env", "rollout", "trl", "skyrl", "sft"):
         if not isinstance(tree.get(section) or {}, dict):
             raise ConfigError(f"{path}: {section} must be a mapping")
     rollout = dict(tree.get("rollout") or {})
     bad = [k for k in rollout if k not in ROLLOUT_KEYS]
     if bad:
         raise ConfigError(f"{path}: unknown key rollout.{bad[0]} (known: {', '.join(ROLLOUT_KEYS)})")
+    sft = dict(tree.get("sft") or {})
+    bad = [k for k in sft if k not in SFT_KEYS]
+    if bad:
+        raise ConfigError(f"{path}: unknown key sft.{bad[0]} (known: {', '.join(SFT_KEYS)})")
     env = dict(tree.get("env") or {})
     EnvConfig.from_any(env)
     try:
@@ -99,5 +108,6 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
         rollout=rollout,
         trl=dict(tree.get("trl") or {}),
         skyrl=dict(tree.get("skyrl") or {}),
+        sft=sft,
         source=str(path),
     )

@@ -109,6 +109,7 @@ def test_train_writes_metrics_records_and_curves(tiny_tokenizer, workspace_root,
     assert len(episodes) == 8 and {e["task_id"] for e in episodes} == {"q1"}
     assert len({e["episode_id"] for e in episodes}) == 8
     assert (out / "reward_curves.png").stat().st_size > 1000
+    assert (out / "config.json").is_file() and (out / "tokenizer_config.json").is_file()  # a model folder
 
 
 @pytest.mark.parametrize("name", ["trl_cpu_smoke.yaml", "trl_grpo.yaml"])

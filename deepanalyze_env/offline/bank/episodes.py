@@ -131,7 +131,7 @@ def play(
                 problems.append(f"reference scored {name}={score:.3f}")
         if not judged:
             problems += _wrong_scores_zero(env, task, value)
-        record = build_record(env)
+        record = build_record(env.result())
     finally:
         env.close(record=False)
     record["timings"] = {}

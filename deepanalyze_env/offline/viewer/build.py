@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from deepanalyze_env.core.filters import RecordFilter
 from deepanalyze_env.core.records import load_run, read_records
-from deepanalyze_env.offline.filters import RecordFilter
 from deepanalyze_env.offline.rundir import KEPT_FILE, MANIFEST
 from deepanalyze_env.offline.stats import compute_stats, summary_rows
 from deepanalyze_env.offline.viewer.highlight import CLASSES

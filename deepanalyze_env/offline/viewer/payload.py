@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
-from deepanalyze_env.offline.filters import DERIVED
+from deepanalyze_env.core.filters import DERIVED
 from deepanalyze_env.offline.viewer.highlight import code_runs
 
 log = logging.getLogger(__name__)

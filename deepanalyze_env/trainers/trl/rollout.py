@@ -44,6 +44,7 @@ from typing import Any, Literal
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.env import DeepAnalyzeEnv
 from deepanalyze_env.core.tasks import env_extras
+from deepanalyze_env.core.tokens import prompt_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -478,12 +479,7 @@ class DeepAnalyzeRollout:
         env = DeepAnalyzeEnv(env_config=self.env_config, extras=extras)
         messages = [{k: v for k, v in m.items() if k != TASK_KEY} for m in prompt]
         messages, _ = env.init(messages)
-        prompt_ids = tok.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, **template_kwargs
-        )
-        if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "input_ids"):
-            prompt_ids = prompt_ids["input_ids"]
-        return _Episode(row=row, env=env, prompt_ids=list(prompt_ids))
+        return _Episode(row=row, env=env, prompt_ids=prompt_token_ids(tok, messages, **template_kwargs))
 
     def _advance(self, ep: _Episode, out: Generated, cap: int, tok: Any, budget: int, eos: set[int]) -> None:
         ids = list(out.ids[:cap])

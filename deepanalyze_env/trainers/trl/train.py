@@ -1,8 +1,8 @@
 """``deepanalyze-rl train`` with ``backend: trl``: GRPO on one node through ``trl.GRPOTrainer``.
 
 Everything the trainer needs comes from the recipe; what it produces lands in ``output_dir``:
-trainer logs, ``metrics.jsonl`` (one line per step), the episode records as ``episodes.jsonl``
-and ``reward_curves.png``.
+trainer logs, ``metrics.jsonl`` (one line per step), the episode records as ``episodes.jsonl``,
+``reward_curves.png`` and the trained weights with the tokenizer (a model folder).
 """
 
 from __future__ import annotations
@@ -230,6 +230,8 @@ def train_trl(recipe: Recipe) -> int:
         callbacks=[_make_callback(rollout, out)],
     )
     trainer.train()
+    trainer.save_model(str(out))  # the trained policy: a model folder for `eval --model` or another recipe
+    tokenizer.save_pretrained(str(out))
     n = _collect_records(records_dir, out)
     if (out / "metrics.jsonl").is_file():
         plot_reward_curves(out / "metrics.jsonl", out / "reward_curves.png")

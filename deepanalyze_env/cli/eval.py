@@ -1,0 +1,334 @@
+"""``deepanalyze-rl eval``: every task k times through the env, then a report; ``--compare A B``.
+
+The episodes run with the rollout machinery (``rollout.run_jobs``, a ``RunDir`` with records,
+``--resume``, ``--concurrency``), so an eval folder is also a rollout folder that ``stats`` and
+``rescore`` read. The report (``report.json``, ``report.md``, ``report.png``) is computed from
+the folder's records and ``tasks.json`` alone (:mod:`deepanalyze_env.offline.eval_report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from deepanalyze_env.cli.common import (
+    SHIPPED_DATA,
+    UsageError,
+    add_shared_flags,
+    console,
+    load_env_config,
+    make_parser,
+)
+
+
+def add_parser(sub: Any) -> None:
+    p = make_parser(
+        sub,
+        "eval",
+        "evaluate a model or endpoint on tasks (reward, pass@k, format gate), or compare two evals",
+        "deepanalyze-rl eval --model runs/trl_sft_cpu --tasks data/tasks/qa.jsonl --samples 4 "
+        "--out runs/eval-sft   |   deepanalyze-rl eval --compare runs/eval-base runs/eval-sft",
+    )
+    who = p.add_argument_group("policy (one of)")
+    who.add_argument("--model", metavar="PATH", help="a local model folder, hub id or embedded:smollm2")
+    who.add_argument("--policy-base-url", metavar="URL", help="an OpenAI-compatible endpoint (…/v1)")
+    who.add_argument("--policy-model", metavar="NAME", help="with --policy-base-url: the served model name")
+    who.add_argument(
+        "--policy",
+        choices=["scripted"],
+        help="scripted: replay reference trajectories (tests, demos; see --trajectories, --labels)",
+    )
+    p.add_argument(
+        "--tasks", nargs="+", metavar="FILE", help="task files (JSONL); default: the shipped tasks"
+    )
+    p.add_argument("--samples", type=int, default=1, metavar="K", help="episodes per task (pass@K)")
+    p.add_argument("--out", metavar="DIR", help="eval folder (records, report); --compare: where to write")
+    p.add_argument("--concurrency", type=int, default=1, metavar="N", help="episodes in flight at once")
+    p.add_argument("--resume", action="store_true", help="finish the eval in --out, then report")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        metavar="T",
+        help="sampling temperature (default 0 for --samples 1, else 1.0: pass@k needs distinct samples)",
+    )
+    p.add_argument("--max-tokens", type=int, metavar="N", help="tokens per policy turn")
+    p.add_argument(
+        "--layout", choices=["chat", "continue"], help="prompt layout (see rollout --policy-layout)"
+    )
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="endpoint API key variable")
+    p.add_argument("--trajectories", nargs="+", metavar="FILE", help="scripted: trajectory files")
+    p.add_argument("--labels", default="good", help="scripted: trajectory labels to replay (default good)")
+    p.add_argument(
+        "--accuracy-component",
+        metavar="NAME",
+        help="the component pass@k counts (default: the method's component ending in 'accuracy')",
+    )
+    p.add_argument(
+        "--pass-threshold", type=float, default=1.0, metavar="X", help="accuracy >= X is correct (1.0)"
+    )
+    p.add_argument("--compare", nargs=2, metavar=("DIR_A", "DIR_B"), help="paired comparison of two evals")
+    add_shared_flags(p)
+    p.set_defaults(func=cmd_eval)
+
+
+def _policy(args: argparse.Namespace, temperature: float) -> Any:
+    from deepanalyze_env.offline.policies import make_policy
+
+    chosen = [x for x in (args.model, args.policy_base_url, args.policy) if x]
+    if len(chosen) != 1:
+        raise UsageError("give exactly one policy: --model PATH, --policy-base-url URL, or --policy scripted")
+    if args.policy == "scripted":
+        return make_policy(
+            "scripted", trajectories=args.trajectories or [str(SHIPPED_DATA / "trajectories.jsonl")]
+        )
+    if args.policy_base_url:
+        if not args.policy_model:
+            raise UsageError("--policy-base-url needs --policy-model (the served model's name)")
+        return make_policy(
+            "openai",
+            model=args.policy_model,
+            base_url=args.policy_base_url,
+            api_key=os.environ.get(args.api_key_env) if args.api_key_env else None,
+            temperature=temperature,
+            max_tokens=args.max_tokens,
+            layout=args.layout,
+        )
+    return make_policy(
+        "transformers",
+        model=args.model,
+        temperature=temperature,
+        max_tokens=args.max_tokens,
+        layout=args.layout,
+    )
+
+
+def task_meta(paths: list[str]) -> dict[str, dict[str, Any]]:
+    """Per task id: method, family, difficulty (task fields, or a dataset row's ``extra_info``)."""
+    from deepanalyze_env.core.tasks import read_jsonl
+
+    meta: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        for index, obj in enumerate(read_jsonl(path)):
+            info = obj.get("extra_info") if isinstance(obj.get("extra_info"), dict) else {}
+            task_id = obj.get("id") or obj.get("task_id") or info.get("task_id") or f"task-{index}"
+            entry = {"method": (obj.get("reward_spec") or {}).get("method") or obj.get("method")}
+            for key in ("family", "difficulty"):
+                value = obj.get(key, info.get(key))
+                if value is not None:
+                    entry[key] = value
+            meta[str(task_id)] = entry
+    return meta
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    if args.compare:
+        return cmd_compare(args)
+    from deepanalyze_env.core.tasks import load_rows
+    from deepanalyze_env.offline.eval_report import TASKS_FILE, write_json
+    from deepanalyze_env.offline.rollout import EpisodeResult, plan_jobs, run_jobs
+    from deepanalyze_env.offline.rundir import RunDir, RunDirError, task_fingerprint
+
+    if not args.out:
+        raise UsageError("eval needs --out DIR (the eval folder)")
+    if args.samples < 1 or args.concurrency < 1:
+        raise UsageError("--samples and --concurrency must be >= 1")
+    temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)
+    env_config = load_env_config(args)
+    task_files = args.tasks or sorted(str(p) for p in (SHIPPED_DATA / "tasks").glob("*.jsonl"))
+    env_config.setdefault("workspace_root", str(SHIPPED_DATA))
+    for path in task_files:
+        if not Path(path).is_file():
+            raise UsageError(f"--tasks: no such file {path}")
+    rows = load_rows(task_files, env_config.get("workspace_root"))
+    if not rows:
+        raise UsageError("--tasks: the files hold no tasks")
+    for index, row in enumerate(rows):
+        row["task_id"] = row.get("task_id") or f"task-{index}"
+    policy = _policy(args, temperature)
+    labels_for = None
+    labels: list[str] = []
+    if args.policy == "scripted":
+        labels = [x.strip() for x in args.labels.split(",") if x.strip()]
+
+        def labels_for(task_id: str) -> list[str]:
+            return [label for label in labels if label in policy.labels_for(task_id)]
+
+    settings = {
+        "kind": "eval",
+        "tasks": task_files,
+        "task_fingerprint": task_fingerprint(rows),
+        "samples": args.samples,
+        "labels": labels or None,
+        "policy": policy.policy_id,
+        "policy_settings": {"temperature": temperature, "max_tokens": args.max_tokens, "layout": args.layout},
+        "keep": None,
+    }
+    try:
+        run = RunDir.open(args.out, settings, resume=args.resume)
+        run.repair()
+        existing = run.existing_ids()
+    except RunDirError as exc:
+        raise UsageError(str(exc))
+    env_config["records_dir"] = str(run.records_dir)
+    write_json(run.path / TASKS_FILE, task_meta(task_files))
+    jobs = plan_jobs(rows, run.run_id, args.samples, labels_for)
+    if not jobs:
+        raise UsageError("no episodes to run: no scripted trajectory matches these tasks and labels")
+    left = [job for job in jobs if job.episode_id not in existing]
+    results: list[EpisodeResult] = []
+    stop = threading.Event()
+    with Progress(
+        TextColumn("[bold]eval"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[info]}"),
+        console=console,
+    ) as progress:
+        from deepanalyze_env.cli.rollout import progress_info
+
+        bar = progress.add_task("episodes", total=len(jobs), completed=len(jobs) - len(left), info="")
+
+        def on_result(result: EpisodeResult) -> None:
+            results.append(result)
+            progress.update(bar, advance=1 if result.finished else 0, info=progress_info(results))
+
+        try:
+            run_jobs(left, env_config, policy, concurrency=args.concurrency, on_result=on_result, stop=stop)
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted[/yellow]: rerun with --resume to finish the eval")
+            return 130
+    run.consolidate([job.episode_id for job in jobs])
+    per_task = max(Counter(job.task_index for job in jobs).values())  # pass@k up to this k
+    report = write_report(run.path, per_task, args.accuracy_component, args.pass_threshold)
+    print_report(report, str(run.path))
+    missing = len(jobs) - len(run.existing_ids() & {job.episode_id for job in jobs})
+    if missing:
+        first = next((r for r in results if not r.finished), None)
+        console.print(
+            f"[red]{missing} of {len(jobs)} episodes did not finish[/red] (first: "
+            f"{first.task_id if first else '?'}: {first.error if first else '?'}); the report leaves them "
+            "out; rerun with --resume to run them",
+            highlight=False,
+        )
+        return 1
+    return 0
+
+
+def write_report(
+    folder: Path, samples_per_task: int, accuracy_component: str | None = None, threshold: float = 1.0
+) -> dict[str, Any]:
+    import json
+
+    from deepanalyze_env.core.records import load_run
+    from deepanalyze_env.offline.eval_report import (
+        TASKS_FILE,
+        build_report,
+        plot_report,
+        report_markdown,
+        write_json,
+    )
+
+    records = load_run(folder).records
+    tasks_path = folder / TASKS_FILE
+    tasks = json.loads(tasks_path.read_text()) if tasks_path.is_file() else {}
+    report = build_report(
+        records, tasks, samples_per_task, accuracy_override=accuracy_component, threshold=threshold
+    )
+    report["folder"] = str(folder)
+    write_json(folder / "report.json", report)
+    (folder / "report.md").write_text(report_markdown(report, f"Eval: {folder}"))
+    plot_report(report, folder / "report.png")
+    return report
+
+
+def print_report(report: dict[str, Any], title: str) -> None:
+    from deepanalyze_env.offline.eval_report import fmt
+
+    ks = report["pass_at_ks"]
+    table = Table(title=f"eval {title}", title_justify="left")
+    for col in ("group", "episodes", "reward", "95% CI", "format gate", *(f"pass@{k}" for k in ks), "turns"):
+        table.add_column(col, justify="right" if col != "group" else "left")
+    rows = [("all", report["overall"])] + [
+        (f"{key}={name}", s) for key, groups in report["breakdowns"].items() for name, s in groups.items()
+    ]
+    for name, s in rows:
+        table.add_row(
+            name,
+            str(s["episodes"]),
+            fmt(s["reward_mean"], True),
+            fmt(s["reward_ci95"], True),
+            fmt(s["format_gate_pass_rate"]),
+            *(fmt(s["pass_at"][str(k)]["value"]) for k in ks),
+            fmt(s["turns_mean"]),
+        )
+    console.print(table)
+    o = report["overall"]
+    console.print(
+        "status: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in o["status_rates"].items())
+        + " · termination: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in o["termination_rates"].items()),
+        highlight=False,
+    )
+    console.print(f"report: {report['folder']}/report.md (report.json, report.png)", highlight=False)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from deepanalyze_env.core.records import load_run
+    from deepanalyze_env.offline.eval_report import (
+        compare_markdown,
+        compare_runs,
+        fmt,
+        plot_compare,
+        write_json,
+    )
+
+    folders = [Path(p) for p in args.compare]
+    loaded = []
+    for folder in folders:
+        if not folder.is_dir():
+            raise UsageError(f"--compare: no such eval folder {folder}")
+        try:
+            records = load_run(folder).records
+        except ValueError as exc:
+            raise UsageError(f"--compare {folder}: {exc}")
+        if not records:
+            raise UsageError(f"--compare: {folder} holds no episode records")
+        loaded.append(records)
+    result = compare_runs(*loaded, accuracy_override=args.accuracy_component, threshold=args.pass_threshold)
+    if not result["per_task"]:
+        raise UsageError("--compare: the two folders share no task")
+    label_a, label_b = str(folders[0]), str(folders[1])
+    result.update({"a": label_a, "b": label_b})
+    table = Table(title=f"B − A per task: A = {label_a}, B = {label_b}", title_justify="left")
+    for col in ("metric", "tasks", "A", "B", "B − A", "95% CI", "B better", "A better", "ties"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for metric, m in result["metrics"].items():
+        table.add_row(
+            metric,
+            str(m["tasks"]),
+            fmt(m["mean_a"]),
+            fmt(m["mean_b"]),
+            fmt(m["mean_diff"], True),
+            fmt(m["diff_ci95"], True),
+            str(m["b_better"]),
+            str(m["a_better"]),
+            str(m["ties"]),
+        )
+    console.print(table)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "compare.json", result)
+        (out / "compare.md").write_text(compare_markdown(result, label_a, label_b))
+        plot_compare(result, out / "compare.png", label_a, label_b)
+        console.print(f"written: {out}/compare.md (compare.json, compare.png)", highlight=False)
+    return 0

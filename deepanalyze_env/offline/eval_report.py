@@ -1,0 +1,470 @@
+"""Evaluation reports from episode records: ``deepanalyze-rl eval`` and ``eval --compare``.
+
+Every number comes from the records of an eval folder (DESIGN contract 6) plus ``tasks.json``
+(each task's method, family and difficulty as the task file gave them), so a report can be
+recomputed anywhere. The definitions are data (:data:`DEFINITIONS`) and go into ``report.md``.
+
+Intervals are percentile bootstraps over *tasks* (the samples of one task are correlated: a
+bootstrap over episodes would be too narrow), with a fixed seed so a report is reproducible.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0
+GATE_RAN = ("scored", "verifier_error")  # an environment_error episode never reached the gate
+BREAKDOWNS = ("method", "family", "difficulty")
+TASKS_FILE = "tasks.json"
+
+DEFINITIONS = (
+    "*reward*: mean over `scored` episodes (a `verifier_error` reward was not computed and is left out); "
+    "95 % interval: percentile bootstrap over tasks (2000 resamples, seed 0).",
+    "*format-gate pass rate*: `format_ok` over episodes whose gate ran "
+    "(status `scored` or `verifier_error`).",
+    "*accuracy*: the method's accuracy component (a registered component whose name ends in `accuracy`, "
+    "or `--accuracy-component`); an episode that failed the format gate counts 0; a `verifier_error` "
+    "episode counts only if the component was computed; `environment_error` episodes do not count. "
+    "Methods without such a component are left out of accuracy and pass@k.",
+    "*pass@k*: per task with n measured episodes of which c are correct (accuracy >= threshold), "
+    "1 - C(n-c, k) / C(n, k) (the unbiased estimator), averaged over tasks with n >= k; pass@1 = mean c/n.",
+    "*component means*: over the scored episodes that have the component.",
+    "*turns*: policy turns per episode; *completion tokens*: from the policy's reported usage (absent for "
+    "policies that report none); *assistant chars*: characters of the policy turns.",
+    "*compare*: per task present in both folders, B minus A of the task's mean; the interval is a paired "
+    "percentile bootstrap over those tasks.",
+)
+
+
+# ---------------------------------------------------------------------------- small statistics
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one task: the chance that k of its n samples, drawn without
+    replacement, hold at least one of the c correct ones."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def bootstrap_ci(
+    groups: Sequence[Sequence[float]],
+    statistic: Callable[[list[Sequence[float]]], float] | None = None,
+    *,
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float, float] | None:
+    """95 % percentile interval of ``statistic`` over ``groups`` resampled with replacement.
+
+    The default statistic is the mean of all values in the resampled groups (episode-weighted).
+    """
+    groups = [list(g) for g in groups if len(g)]
+    if not groups:
+        return None
+    if statistic is None:
+
+        def statistic(gs):
+            flat = [x for g in gs for x in g]
+            return sum(flat) / len(flat)
+
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(groups), size=(samples, len(groups)))
+    values = np.array([statistic([groups[i] for i in row]) for row in idx])
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _rate(counter: Counter, n: int) -> dict[str, float]:
+    return {k: v / n for k, v in sorted(counter.items())} if n else {}
+
+
+# ---------------------------------------------------------------------------- per-episode facts
+
+
+def accuracy_component(reward_spec: dict[str, Any] | None) -> str | None:
+    """The component that says whether the answer is right: the first of the method's built-ins
+    and ``reward_spec.function`` entries whose name ends in ``accuracy``."""
+    from rewards.methods import get_method
+    from rewards.registry import RewardSpecError
+
+    spec = reward_spec or {}
+    try:
+        names = list(get_method(str(spec.get("method"))).builtins)
+    except RewardSpecError:
+        names = []
+    extra = spec.get("function") or []
+    names += [str(f).rsplit(":", 1)[-1] for f in ([extra] if isinstance(extra, str) else extra)]
+    return next((n for n in names if n.endswith("accuracy")), None)
+
+
+def episode_accuracy(record: dict[str, Any], component: str | None) -> float | None:
+    """The accuracy value the report counts for one episode (see :data:`DEFINITIONS`)."""
+    if component is None:
+        return None
+    status = record.get("reward_status")
+    comps = record.get("reward_components") or {}
+    if component in comps:
+        return float(comps[component]) if status in GATE_RAN else None
+    if status == "scored" and record.get("format_ok") is False:
+        return 0.0
+    return None
+
+
+def completion_tokens(record: dict[str, Any]) -> int | None:
+    usage = record.get("usage") or {}
+    value = usage.get("completion_tokens")
+    return int(value) if value is not None else None
+
+
+def assistant_chars(record: dict[str, Any]) -> int:
+    return sum(
+        len(m.get("content") or "") for m in record.get("messages") or [] if m.get("role") == "assistant"
+    )
+
+
+# ---------------------------------------------------------------------------- the report
+
+
+def task_key(record: dict[str, Any]) -> str:
+    return str(record.get("task_id"))
+
+
+def summarize(
+    records: Sequence[dict[str, Any]],
+    ks: Sequence[int],
+    *,
+    accuracy_override: str | None = None,
+    threshold: float = 1.0,
+) -> dict[str, Any]:
+    """Every metric of one set of episodes (the whole run, or one family/method/difficulty)."""
+    n = len(records)
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        by_task[task_key(record)].append(record)
+    scored_by_task = [
+        [
+            float(r["reward"])
+            for r in items
+            if r.get("reward_status") == "scored" and r.get("reward") is not None
+        ]
+        for items in by_task.values()
+    ]
+    rewards = [x for g in scored_by_task for x in g]
+    gate = [r for r in records if r.get("reward_status") in GATE_RAN]
+    components: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        if r.get("reward_status") == "scored":
+            for name, value in (r.get("reward_components") or {}).items():
+                components[name].append(float(value))
+    acc_by_task: dict[str, list[float]] = {}
+    for task, items in by_task.items():
+        component = accuracy_override or accuracy_component(items[0].get("reward_spec"))
+        values = [v for v in (episode_accuracy(r, component) for r in items) if v is not None]
+        if component is not None and values:
+            acc_by_task[task] = values
+    correct = {t: (len(v), sum(1 for x in v if x >= threshold)) for t, v in acc_by_task.items()}
+    pass_at = {}
+    for k in ks:
+        eligible = [pass_at_k(nt, ct, k) for nt, ct in correct.values() if nt >= k]
+        pass_at[str(k)] = {"value": _mean(eligible), "tasks": len(eligible)}
+    acc_values = [x for v in acc_by_task.values() for x in v]
+    turns = [int(r.get("turns") or 0) for r in records]
+    tokens = [t for t in (completion_tokens(r) for r in records) if t is not None]
+    return {
+        "episodes": n,
+        "tasks": len(by_task),
+        "reward_mean": _mean(rewards),
+        "reward_ci95": bootstrap_ci(scored_by_task),
+        "reward_n": len(rewards),
+        "format_gate_pass_rate": _mean([1.0 if r.get("format_ok") else 0.0 for r in gate]),
+        "format_gate_ci95": bootstrap_ci(
+            [
+                [1.0 if r.get("format_ok") else 0.0 for r in items if r.get("reward_status") in GATE_RAN]
+                for items in by_task.values()
+            ]
+        ),
+        "accuracy_mean": _mean(acc_values),
+        "accuracy_n": len(acc_values),
+        "pass_at": pass_at,
+        "components": {name: _mean(values) for name, values in sorted(components.items())},
+        "status_rates": _rate(Counter(str(r.get("reward_status")) for r in records), n),
+        "termination_rates": _rate(Counter(str(r.get("termination")) for r in records), n),
+        "turns_mean": _mean(turns),
+        "turns_max": max(turns) if turns else None,
+        "completion_tokens_mean": _mean(tokens) if len(tokens) == n and n else None,
+        "assistant_chars_mean": _mean([assistant_chars(r) for r in records]),
+    }
+
+
+def group_value(record: dict[str, Any], key: str, tasks: dict[str, dict[str, Any]]) -> str:
+    meta = tasks.get(task_key(record)) or {}
+    if key == "method":
+        value = meta.get("method") or (record.get("reward_spec") or {}).get("method")
+    else:
+        value = meta.get(key)
+    return "?" if value is None else str(value)
+
+
+def build_report(
+    records: Sequence[dict[str, Any]],
+    tasks: dict[str, dict[str, Any]],
+    samples_per_task: int,
+    *,
+    accuracy_override: str | None = None,
+    threshold: float = 1.0,
+) -> dict[str, Any]:
+    """The whole report: overall metrics, then the same per method, family and difficulty
+    (a dimension appears when at least one task has the field)."""
+    ks = sorted({1, samples_per_task} | {2**i for i in range(1, 10) if 2**i < samples_per_task})
+    options = {"accuracy_override": accuracy_override, "threshold": threshold}
+    report: dict[str, Any] = {
+        "overall": summarize(records, ks, **options),
+        "samples_per_task": samples_per_task,
+        "pass_at_ks": ks,
+        "accuracy_threshold": threshold,
+        "accuracy_component": accuracy_override,
+        "breakdowns": {},
+        "definitions": list(DEFINITIONS),
+    }
+    for key in BREAKDOWNS:
+        if key != "method" and not any(key in meta for meta in tasks.values()):
+            continue
+        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for record in records:
+            groups[group_value(record, key, tasks)].append(record)
+        report["breakdowns"][key] = {
+            name: summarize(items, ks, **options) for name, items in sorted(groups.items())
+        }
+    return report
+
+
+# ---------------------------------------------------------------------------- compare
+
+
+def per_task_means(
+    records: Sequence[dict[str, Any]], *, accuracy_override: str | None = None, threshold: float = 1.0
+) -> dict[str, dict[str, float | None]]:
+    """Per task: mean reward (scored), accuracy rate (pass@1) and format-gate pass rate."""
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        by_task[task_key(record)].append(record)
+    out = {}
+    for task, items in by_task.items():
+        component = accuracy_override or accuracy_component(items[0].get("reward_spec"))
+        acc = [v for v in (episode_accuracy(r, component) for r in items) if v is not None]
+        out[task] = {
+            "reward": _mean([float(r["reward"]) for r in items if r.get("reward_status") == "scored"]),
+            "pass@1": _mean([1.0 if v >= threshold else 0.0 for v in acc]),
+            "format_gate": _mean(
+                [1.0 if r.get("format_ok") else 0.0 for r in items if r.get("reward_status") in GATE_RAN]
+            ),
+        }
+    return out
+
+
+def compare_runs(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], **options: Any) -> dict[str, Any]:
+    """Paired per-task differences B − A of reward, pass@1 and format-gate rate, with intervals."""
+    ta, tb = per_task_means(a, **options), per_task_means(b, **options)
+    common = sorted(set(ta) & set(tb))
+    metrics = {}
+    for metric in ("reward", "pass@1", "format_gate"):
+        pairs = [
+            (t, ta[t][metric], tb[t][metric])
+            for t in common
+            if ta[t][metric] is not None and tb[t][metric] is not None
+        ]
+        diffs = [vb - va for _, va, vb in pairs]
+        metrics[metric] = {
+            "tasks": len(pairs),
+            "mean_a": _mean([va for _, va, _ in pairs]),
+            "mean_b": _mean([vb for _, _, vb in pairs]),
+            "mean_diff": _mean(diffs),
+            "diff_ci95": bootstrap_ci([[d] for d in diffs]),
+            "b_better": sum(1 for d in diffs if d > 0),
+            "a_better": sum(1 for d in diffs if d < 0),
+            "ties": sum(1 for d in diffs if d == 0),
+        }
+    return {
+        "metrics": metrics,
+        "per_task": {t: {"a": ta[t], "b": tb[t]} for t in common},
+        "only_in_a": sorted(set(ta) - set(tb)),
+        "only_in_b": sorted(set(tb) - set(ta)),
+        "definitions": [DEFINITIONS[-1], DEFINITIONS[0].split(";")[1].strip()],
+    }
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def fmt(value: Any, signed: bool = False) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:+.3f}" if signed else f"{value:.3f}"
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        return f"[{fmt(value[0], signed)}, {fmt(value[1], signed)}]"
+    return str(value)
+
+
+def _row(name: str, s: dict[str, Any], ks: Sequence[int]) -> list[str]:
+    return [
+        name,
+        str(s["episodes"]),
+        fmt(s["reward_mean"], True),
+        fmt(s["reward_ci95"], True),
+        fmt(s["format_gate_pass_rate"]),
+        *(fmt(s["pass_at"][str(k)]["value"]) for k in ks),
+        fmt(s["turns_mean"]),
+    ]
+
+
+def report_markdown(report: dict[str, Any], title: str) -> str:
+    ks = report["pass_at_ks"]
+    head = [
+        "group",
+        "episodes",
+        "reward",
+        "reward 95% CI",
+        "format gate",
+        *(f"pass@{k}" for k in ks),
+        "turns",
+    ]
+    lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines.append("| " + " | ".join(_row("all", report["overall"], ks)) + " |")
+    for key, groups in report["breakdowns"].items():
+        for name, s in groups.items():
+            lines.append("| " + " | ".join(_row(f"{key}={name}", s, ks)) + " |")
+    o = report["overall"]
+    lines += ["", "## Components (scored episodes)", ""]
+    lines += [f"- `{k}`: {fmt(v)}" for k, v in o["components"].items()] or ["- none"]
+    lines += ["", "## Status and termination", ""]
+    lines += [f"- status `{k}`: {fmt(v)}" for k, v in o["status_rates"].items()]
+    lines += [f"- termination `{k}`: {fmt(v)}" for k, v in o["termination_rates"].items()]
+    lines += [
+        "",
+        f"Turns: mean {fmt(o['turns_mean'])}, max {o['turns_max']}; completion tokens mean "
+        f"{fmt(o['completion_tokens_mean'])}; assistant chars mean {fmt(o['assistant_chars_mean'])}.",
+        "",
+        "## Definitions",
+        "",
+    ]
+    lines += [f"- {d}" for d in report["definitions"]]
+    return "\n".join(lines) + "\n"
+
+
+def compare_markdown(result: dict[str, Any], label_a: str, label_b: str) -> str:
+    lines = [
+        f"# Compare: A = `{label_a}`, B = `{label_b}`",
+        "",
+        "| metric | tasks | A | B | B − A | 95% CI | B better | A better | ties |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for metric, m in result["metrics"].items():
+        lines.append(
+            f"| {metric} | {m['tasks']} | {fmt(m['mean_a'])} | {fmt(m['mean_b'])} "
+            f"| {fmt(m['mean_diff'], True)} | {fmt(m['diff_ci95'], True)} "
+            f"| {m['b_better']} | {m['a_better']} | {m['ties']} |"
+        )
+    lines += ["", "| task | reward A | reward B | pass@1 A | pass@1 B |", "|---|---|---|---|---|"]
+    for task, v in result["per_task"].items():
+        lines.append(
+            f"| {task} | {fmt(v['a']['reward'], True)} | {fmt(v['b']['reward'], True)} "
+            f"| {fmt(v['a']['pass@1'])} | {fmt(v['b']['pass@1'])} |"
+        )
+    if result["only_in_a"] or result["only_in_b"]:
+        lines += ["", f"Unpaired tasks: only in A {result['only_in_a']}, only in B {result['only_in_b']}."]
+    lines += ["", "## Definitions", ""] + [f"- {d}" for d in result["definitions"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot_report(report: dict[str, Any], png: Path) -> None:
+    """One panel per dimension (all, method, family, difficulty): reward with its interval,
+    format-gate pass rate and pass@1 side by side per group."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("all", {"all": report["overall"]}), *report["breakdowns"].items()]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4), squeeze=False)
+    for ax, (key, groups) in zip(axes[0], panels, strict=True):
+        names = list(groups)
+        x = list(range(len(names)))  # plain floats: matplotlib's bar warns on numpy positions
+        width = 0.27
+        reward = [groups[g]["reward_mean"] for g in names]
+        ci = [groups[g]["reward_ci95"] for g in names]
+        err = [
+            [max(r - c[0], 0.0) if r is not None and c else 0.0 for r, c in zip(reward, ci, strict=True)],
+            [max(c[1] - r, 0.0) if r is not None and c else 0.0 for r, c in zip(reward, ci, strict=True)],
+        ]
+        left = [i - width for i in x]
+        ax.bar(left, [r if r is not None else 0.0 for r in reward], width, label="reward")
+        ax.errorbar(
+            left, [r if r is not None else 0.0 for r in reward], yerr=err, fmt="none", capsize=3, color="k"
+        )
+        ax.bar(x, [groups[g]["format_gate_pass_rate"] or 0.0 for g in names], width, label="format gate")
+        right = [i + width for i in x]
+        ax.bar(right, [groups[g]["pass_at"]["1"]["value"] or 0.0 for g in names], width, label="pass@1")
+        ax.set_xticks(x, names, rotation=20, fontsize=8)
+        ax.set_ylim(-1.05, 1.05)
+        ax.axhline(0, color="black", linewidth=0.5)
+        ax.set_title(key)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def plot_compare(result: dict[str, Any], png: Path, label_a: str, label_b: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = list(result["metrics"].items())
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for i, (name, m) in enumerate(metrics):
+        diffs = [
+            v["b"][name] - v["a"][name]
+            for v in result["per_task"].values()
+            if v["a"][name] is not None and v["b"][name] is not None
+        ]
+        ax.scatter([i] * len(diffs), diffs, alpha=0.4, s=12)
+        if m["mean_diff"] is not None and m["diff_ci95"]:
+            low, high = m["diff_ci95"]
+            ax.errorbar(
+                [i + 0.15],
+                [m["mean_diff"]],
+                yerr=[[m["mean_diff"] - low], [high - m["mean_diff"]]],
+                fmt="o",
+                color="black",
+                capsize=4,
+            )
+    ax.axhline(0, color="gray", linewidth=0.8)
+    ax.set_xticks(range(len(metrics)), [name for name, _ in metrics])
+    ax.set_ylabel(f"per task: {label_b} − {label_a}")
+    ax.set_title("paired differences (dots: tasks; bar: mean, 95% CI)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    tmp.replace(path)

@@ -1,0 +1,154 @@
+"""SFT warm start data: episode records → token sequences laid out exactly as the GRPO trainers see them.
+
+A record (DESIGN contract 6) holds the prompt messages the env built (system prompt included),
+then the policy's turns with the ``<Execute>`` observations between them. It is rendered as the
+TRL rollout (:mod:`deepanalyze_env.trainers.trl.rollout`) renders a live episode: the prompt through the
+chat template with the generation prompt, then one completion made of each policy turn's tokens
+and each observation's tokens, both as plain text (no special-token parsing) and piece by
+piece, and the closing EOS of a finished episode. Only policy tokens carry loss; the prompt,
+the observations and the closing EOS are labelled -100, as ``env_mask`` 0 keeps them out of the
+GRPO loss. Encoding piece by piece (not the joined text) is the point: BPE merges across a
+turn/observation boundary would otherwise give SFT token ids the policy never produces in RL.
+
+Which records are data: a ``verifier_error`` episode's actions are real policy output (only its
+reward could not be computed), so it is usable; an ``environment_error`` episode was cut short
+or shaped by an infrastructure fault (a dead worker, a missing workspace), so its observations
+are not what the task produces; ``unfinished`` records have no ending. Quality selection
+(reward, accuracy, format) is the ``--keep`` filter language over the same records.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deepanalyze_env.core.filters import RecordFilter
+from deepanalyze_env.core.records import load_run
+from deepanalyze_env.core.tokens import plain_token_ids, prompt_token_ids
+from deepanalyze_env.trainers.trl.rollout import encode_observation
+
+log = logging.getLogger(__name__)
+
+USABLE_STATUSES = ("scored", "verifier_error")
+UNUSABLE_STATUSES = ("environment_error", "unfinished")
+IGNORE_INDEX = -100  # the label that carries no loss (transformers' convention)
+
+
+class SFTDataError(ValueError):
+    """The records cannot be used for SFT; the message says which and why."""
+
+
+@dataclass
+class RenderedEpisode:
+    """One record as token ids: ``prompt_ids`` then ``completion_ids`` with a loss mask over them."""
+
+    episode_id: str
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    completion_mask: list[int] = field(default_factory=list)  # 1: policy token (loss); 0: not
+
+    def add(self, ids: Sequence[int], mask: int) -> None:
+        self.completion_ids.extend(ids)
+        self.completion_mask.extend([mask] * len(ids))
+
+    @property
+    def input_ids(self) -> list[int]:
+        return self.prompt_ids + self.completion_ids
+
+    @property
+    def labels(self) -> list[int]:
+        masked = [IGNORE_INDEX] * len(self.prompt_ids)
+        return masked + [
+            t if m else IGNORE_INDEX for t, m in zip(self.completion_ids, self.completion_mask, strict=True)
+        ]
+
+
+def split_messages(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(prompt messages, episode messages): the prompt is everything before the first policy turn."""
+    messages = list(record.get("messages") or [])
+    first = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), None)
+    if first is None:
+        raise SFTDataError(f"record {record.get('episode_id')}: no assistant turn in its messages")
+    return messages[:first], messages[first:]
+
+
+def render_record(tokenizer: Any, record: dict[str, Any], eos_token_id: int | None = None) -> RenderedEpisode:
+    """The record's tokens and loss mask, as the TRL rollout builds them for the same turns."""
+    prompt, episode = split_messages(record)
+    out = RenderedEpisode(str(record.get("episode_id")), prompt_token_ids(tokenizer, prompt))
+    for message in episode:
+        text = message.get("content") or ""
+        if message.get("role") == "assistant":
+            out.add(plain_token_ids(tokenizer, text), 1)
+        else:  # exactly as the rollout encodes observations (special framing tags kept)
+            out.add(encode_observation(tokenizer, text), 0)
+    if record.get("termination") != "length":  # the rollout closes a finished episode with EOS, no loss
+        eos = tokenizer.eos_token_id if eos_token_id is None else eos_token_id
+        out.add([eos], 0)
+    return out
+
+
+@dataclass
+class Selection:
+    records: list[dict[str, Any]]
+    total: int
+    dropped: Counter  # reason -> count
+
+    def describe(self) -> str:
+        parts = [f"{len(self.records)} of {self.total} records selected"]
+        parts += [f"{n} {reason}" for reason, n in sorted(self.dropped.items())]
+        return "; ".join(parts)
+
+
+def select_records(
+    records: Iterable[dict[str, Any]], keep: str | None = None, statuses: Sequence[str] = USABLE_STATUSES
+) -> Selection:
+    """Records whose status is usable and that match ``keep`` (the ``rollout --keep`` language)."""
+    bad = [s for s in statuses if s in UNUSABLE_STATUSES]
+    if bad:
+        raise SFTDataError(
+            f"status {bad[0]!r} is not SFT data: its observations come from an infrastructure fault "
+            f"or it never ended (usable: {', '.join(USABLE_STATUSES)})"
+        )
+    matcher = RecordFilter(keep) if keep else None
+    chosen: list[dict[str, Any]] = []
+    dropped: Counter = Counter()
+    total = 0
+    for record in records:
+        total += 1
+        status = record.get("reward_status")
+        if status not in statuses:
+            dropped[f"status {status}"] += 1
+        elif not any(m.get("role") == "assistant" for m in record.get("messages") or []):
+            dropped["without a policy turn"] += 1
+        elif matcher is not None and not matcher(record):
+            dropped["not matching the filter"] += 1
+        else:
+            chosen.append(record)
+    return Selection(chosen, total, dropped)
+
+
+def load_records(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """Records from JSONL files or run folders (``rollout --out``, a train ``output_dir``)."""
+    records: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            records.extend(load_run(path).records)
+        except FileNotFoundError:
+            raise SFTDataError(f"no such records file or run folder: {path}")
+        except ValueError as exc:
+            raise SFTDataError(str(exc))
+    return records
+
+
+def sft_rows(tokenizer: Any, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pre-tokenised rows for ``trl.SFTTrainer`` (``input_ids`` and ``labels``; TRL keeps given labels)."""
+    rows = []
+    for record in records:
+        rendered = render_record(tokenizer, record)
+        rows.append({"input_ids": rendered.input_ids, "labels": rendered.labels})
+    return rows

@@ -1,0 +1,206 @@
+"""``deepanalyze-rl eval`` and ``eval --compare``: real envs and kernels, a scripted policy or a
+local chat-completions server as the policy; every expected number is worked out by hand."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from deepanalyze_env.cli import main
+from deepanalyze_env.core.records import read_records
+from deepanalyze_env.offline.eval_report import pass_at_k
+from tests.test_rollout_command import teacher, write_tasks  # noqa: F401  (teacher is a fixture)
+
+ANALYZE = "<Analyze>look</Analyze>\n"
+CODE = ANALYZE + "<Code>\n```python\nprint(6 * 7)\n```\n</Code>"
+
+
+def answer(text: str) -> str:
+    return ANALYZE + f"<Answer>\nAnswer: {text}\n</Answer>"
+
+
+TASKS = [  # id, family, difficulty, good turns, bad turns (truth is always "B")
+    ("q1", "retail", "easy", [CODE, answer("B")], [answer("A")]),  # 1 and 0
+    ("q2", "retail", "hard", [answer("B")], ["no tags at all"]),  # 1 and a failed gate (-1) at max_turns
+    ("q3", "clinic", "easy", [answer("C")], [answer("C")]),  # 0 and 0
+]
+
+
+@pytest.fixture
+def scripted_eval(tmp_path: Path, workspace_root: Path):
+    tasks = tmp_path / "tasks.jsonl"
+    trajectories = tmp_path / "trajectories.jsonl"
+    with open(tasks, "w") as t, open(trajectories, "w") as tr:
+        for task_id, family, difficulty, good, bad in TASKS:
+            spec = {"method": "qa_plain", "ground_truth": "B"}
+            t.write(
+                json.dumps(
+                    {
+                        "id": task_id,
+                        "method": "qa_plain",
+                        "instruction": f"Which store? ({task_id})",
+                        "data": "data",
+                        "workspace_id": "ws",
+                        "reward_spec": spec,
+                        "family": family,
+                        "difficulty": difficulty,
+                    }
+                )
+                + "\n"
+            )
+            tr.write(json.dumps({"task_id": task_id, "label": "good", "turns": good}) + "\n")
+            tr.write(json.dumps({"task_id": task_id, "label": "bad", "turns": bad}) + "\n")
+    config = tmp_path / "env.yaml"
+    config.write_text("max_turns: 2\n")
+    out = tmp_path / "eval"
+    args = ["eval", "--policy", "scripted", "--trajectories", str(trajectories), "--labels", "good,bad"]
+    args += ["--tasks", str(tasks), "--workspace-root", str(workspace_root), "--config", str(config)]
+    args += ["--out", str(out), "--concurrency", "2"]
+    return args, out
+
+
+def test_report_numbers_equal_hand_computed_values(scripted_eval):
+    args, out = scripted_eval
+    assert main(args) == 0
+    report = json.loads((out / "report.json").read_text())
+    o = report["overall"]
+    assert o["episodes"] == 6 and o["tasks"] == 3
+    # rewards 1, 0 | 1, -1 | 0, 0
+    assert o["reward_mean"] == pytest.approx(1 / 6)
+    # bootstrap over 3 tasks with means .5, 0, 0: P(all zero) = 8/27 > 2.5 %, P(all .5) = 1/27 > 2.5 %
+    assert o["reward_ci95"] == pytest.approx([0.0, 0.5])
+    assert o["format_gate_pass_rate"] == pytest.approx(5 / 6)
+    # correct per task (n=2): q1 1, q2 1 (the failed gate counts 0), q3 0
+    assert report["pass_at_ks"] == [1, 2]
+    assert o["pass_at"]["1"] == {"value": pytest.approx(1 / 3), "tasks": 3}
+    assert o["pass_at"]["2"] == {"value": pytest.approx(2 / 3), "tasks": 3}
+    assert o["accuracy_mean"] == pytest.approx(2 / 6)
+    assert o["components"]["qa_accuracy"] == pytest.approx(2 / 5)  # over the 5 scored episodes that have it
+    assert o["components"]["format_gate"] == -1.0
+    assert o["status_rates"] == {"scored": 1.0}
+    assert o["termination_rates"] == {"answer": pytest.approx(5 / 6), "max_turns": pytest.approx(1 / 6)}
+    assert o["turns_mean"] == pytest.approx(8 / 6) and o["turns_max"] == 2
+    assert o["completion_tokens_mean"] is None  # the scripted policy reports no usage
+    family = report["breakdowns"]["family"]
+    assert family["retail"]["reward_mean"] == pytest.approx(0.25)
+    assert family["retail"]["pass_at"]["1"]["value"] == pytest.approx(0.5)
+    assert family["retail"]["format_gate_pass_rate"] == pytest.approx(0.75)
+    assert family["clinic"]["reward_mean"] == 0.0 and family["clinic"]["pass_at"]["2"]["value"] == 0.0
+    difficulty = report["breakdowns"]["difficulty"]
+    assert difficulty["easy"]["reward_mean"] == pytest.approx(0.25)
+    assert difficulty["hard"]["reward_mean"] == pytest.approx(0.0)
+    assert set(report["breakdowns"]["method"]) == {"qa_plain"}
+    assert "pass@2" in (out / "report.md").read_text()
+    assert (out / "report.png").stat().st_size > 1000
+    assert len(read_records(out / "episodes.jsonl")) == 6
+
+
+def test_resume_runs_nothing_twice_and_reports_the_same(scripted_eval):
+    args, out = scripted_eval
+    assert main(args) == 0
+    first = json.loads((out / "report.json").read_text())["overall"]
+    assert main([*args, "--resume"]) == 0
+    assert json.loads((out / "report.json").read_text())["overall"] == first
+    assert len(read_records(out / "episodes.jsonl")) == 6
+
+
+def test_openai_compatible_endpoint_as_the_policy(tmp_path: Path, workspace_root: Path, teacher):  # noqa: F811
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 2, method="qa_plain")
+    out = tmp_path / "eval"
+    args = ["eval", "--policy-base-url", teacher.url, "--policy-model", "teacher-m", "--samples", "2"]
+    args += ["--tasks", str(tasks), "--workspace-root", str(workspace_root), "--out", str(out)]
+    assert main(args) == 0
+    o = json.loads((out / "report.json").read_text())["overall"]
+    assert o["episodes"] == 4 and o["reward_mean"] == 1.0
+    assert o["pass_at"]["2"]["value"] == 1.0 and o["format_gate_pass_rate"] == 1.0
+    assert o["completion_tokens_mean"] == 16.0  # the fake server reports 8 completion tokens per turn
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["policy_settings"]["temperature"] == 1.0  # k > 1 samples at temperature 1 by default
+
+
+def test_embedded_model_is_evaluated_through_the_env(tmp_path: Path, workspace_root: Path):
+    pytest.importorskip("transformers")
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1, method="qa_plain")
+    config = tmp_path / "env.yaml"
+    config.write_text("max_turns: 1\n")
+    out = tmp_path / "eval"
+    args = ["eval", "--model", "embedded:smollm2", "--max-tokens", "8", "--config", str(config)]
+    args += ["--tasks", str(tasks), "--workspace-root", str(workspace_root), "--out", str(out)]
+    assert main(args) == 0
+    o = json.loads((out / "report.json").read_text())["overall"]
+    # eight tokens cannot hold an <Analyze> block and an <Answer>: the gate fails
+    assert o["episodes"] == 1 and o["reward_mean"] == -1.0 and o["format_gate_pass_rate"] == 0.0
+    assert 1 <= o["completion_tokens_mean"] <= 8
+
+
+def _write_eval(folder: Path, rewards: dict[str, float]) -> None:
+    folder.mkdir(parents=True)
+    lines = []
+    for task, reward in rewards.items():
+        gate_ok = reward > -1
+        lines.append(
+            {
+                "episode_id": f"{folder.name}-{task}",
+                "task_id": task,
+                "reward_spec": {"method": "qa_plain", "ground_truth": "B"},
+                "reward": reward,
+                "reward_status": "scored",
+                "format_ok": gate_ok,
+                "reward_components": {"qa_accuracy": float(reward == 1.0)}
+                if gate_ok
+                else {"format_gate": -1.0},
+                "termination": "answer",
+                "turns": 1,
+                "messages": [],
+            }
+        )
+    (folder / "episodes.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_compare_gives_paired_per_task_differences(tmp_path: Path):
+    _write_eval(tmp_path / "a", {"t1": 0.0, "t2": -1.0, "t3": 1.0})
+    _write_eval(tmp_path / "b", {"t1": 1.0, "t2": 0.0, "t3": 1.0, "t4": 1.0})
+    out = tmp_path / "cmp"
+    assert main(["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 0
+    result = json.loads((out / "compare.json").read_text())
+    reward = result["metrics"]["reward"]
+    assert reward["tasks"] == 3 and reward["mean_diff"] == pytest.approx(2 / 3)
+    assert reward["mean_a"] == 0.0 and reward["mean_b"] == pytest.approx(2 / 3)
+    # differences 1, 1, 0: a resample of all zeros has chance 1/27 > 2.5 %, all ones 8/27
+    assert reward["diff_ci95"] == pytest.approx([0.0, 1.0])
+    assert (reward["b_better"], reward["a_better"], reward["ties"]) == (2, 0, 1)
+    acc = result["metrics"]["pass@1"]
+    assert acc["mean_diff"] == pytest.approx(1 / 3)  # t1 0 -> 1; t2 gate failed (0) -> 0; t3 1 -> 1
+    assert result["metrics"]["format_gate"]["mean_diff"] == pytest.approx(1 / 3)
+    assert result["only_in_b"] == ["t4"] and result["only_in_a"] == []
+    assert "B − A" in (out / "compare.md").read_text()
+    assert (out / "compare.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(("n", "c", "k"), [(5, 0, 1), (5, 2, 1), (5, 2, 3), (6, 3, 6), (4, 4, 2), (7, 1, 4)])
+def test_pass_at_k_equals_brute_force_over_subsets(n, c, k):
+    samples = [1] * c + [0] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    expected = sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "give exactly one policy"),
+        (["--policy", "scripted", "--model", "m"], "give exactly one policy"),
+        (["--policy-base-url", "http://127.0.0.1:9/v1"], "needs --policy-model"),
+    ],
+)
+def test_policy_choice_mistakes_are_one_line_errors(tmp_path, capsys, extra, message):
+    assert main(["eval", "--out", str(tmp_path / "e"), *extra]) == 2
+    assert message in capsys.readouterr().out
+
+
+def test_compare_of_a_missing_folder_is_a_one_line_error(tmp_path, capsys):
+    assert main(["eval", "--compare", str(tmp_path / "nope"), str(tmp_path)]) == 2
+    assert "no such eval folder" in capsys.readouterr().out
