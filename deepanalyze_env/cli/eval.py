@@ -15,7 +15,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from deepanalyze_env.cli.common import (
@@ -26,6 +25,7 @@ from deepanalyze_env.cli.common import (
     load_env_config,
     make_parser,
 )
+from deepanalyze_env.offline.report import progress_bar
 
 
 def add_parser(sub: Any) -> None:
@@ -130,7 +130,7 @@ def task_meta(paths: list[str]) -> dict[str, dict[str, Any]]:
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.compare:
         return cmd_compare(args)
-    from deepanalyze_env.core.tasks import load_rows
+    from deepanalyze_env.core.tasks import load_task_files
     from deepanalyze_env.offline.eval_report import TASKS_FILE, write_json
     from deepanalyze_env.offline.rollout import EpisodeResult, plan_jobs, run_jobs
     from deepanalyze_env.offline.rundir import RunDir, RunDirError, task_fingerprint
@@ -143,14 +143,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     env_config = load_env_config(args)
     task_files = args.tasks or sorted(str(p) for p in (SHIPPED_DATA / "tasks").glob("*.jsonl"))
     env_config.setdefault("workspace_root", str(SHIPPED_DATA))
-    for path in task_files:
-        if not Path(path).is_file():
-            raise UsageError(f"--tasks: no such file {path}")
-    rows = load_rows(task_files, env_config.get("workspace_root"))
-    if not rows:
-        raise UsageError("--tasks: the files hold no tasks")
-    for index, row in enumerate(rows):
-        row["task_id"] = row.get("task_id") or f"task-{index}"
+    rows = load_task_files(task_files, env_config.get("workspace_root"))
     policy = _policy(args, temperature)
     labels_for = None
     labels: list[str] = []
@@ -172,8 +165,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     }
     try:
         run = RunDir.open(args.out, settings, resume=args.resume)
-        run.repair()
-        existing = run.existing_ids()
     except RunDirError as exc:
         raise UsageError(str(exc))
     env_config["records_dir"] = str(run.records_dir)
@@ -181,20 +172,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     jobs = plan_jobs(rows, run.run_id, args.samples, labels_for)
     if not jobs:
         raise UsageError("no episodes to run: no scripted trajectory matches these tasks and labels")
-    left = [job for job in jobs if job.episode_id not in existing]
+    try:
+        pending = set(run.pending([job.episode_id for job in jobs]))
+    except RunDirError as exc:
+        raise UsageError(str(exc))
+    left = [job for job in jobs if job.episode_id in pending]
     results: list[EpisodeResult] = []
     stop = threading.Event()
-    with Progress(
-        TextColumn("[bold]eval"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[info]}"),
-        console=console,
-    ) as progress:
-        from deepanalyze_env.cli.rollout import progress_info
+    from deepanalyze_env.cli.rollout import progress_info
 
-        bar = progress.add_task("episodes", total=len(jobs), completed=len(jobs) - len(left), info="")
+    with progress_bar("eval", total=len(jobs), console=console, completed=len(jobs) - len(left)) as (
+        progress,
+        bar,
+    ):
 
         def on_result(result: EpisodeResult) -> None:
             results.append(result)
@@ -209,7 +199,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     per_task = max(Counter(job.task_index for job in jobs).values())  # pass@k up to this k
     report = write_report(run.path, per_task, args.accuracy_component, args.pass_threshold)
     print_report(report, str(run.path))
-    missing = len(jobs) - len(run.existing_ids() & {job.episode_id for job in jobs})
+    missing = run.missing([job.episode_id for job in jobs])
     if missing:
         first = next((r for r in results if not r.finished), None)
         console.print(

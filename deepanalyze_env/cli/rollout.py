@@ -12,7 +12,6 @@ import argparse
 import os
 import threading
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -117,7 +116,7 @@ def build_policy(args: argparse.Namespace) -> Any:
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     from deepanalyze_env.core.filters import FilterError, RecordFilter
-    from deepanalyze_env.core.tasks import load_rows
+    from deepanalyze_env.core.tasks import load_task_files
     from deepanalyze_env.offline.rollout import EpisodeResult, plan_jobs, run_jobs
     from deepanalyze_env.offline.rundir import RunDir, RunDirError, task_fingerprint
 
@@ -136,12 +135,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     env_config = load_env_config(args)
     task_files = args.tasks or sorted(str(p) for p in (SHIPPED_DATA / "tasks").glob("*.jsonl"))
     env_config.setdefault("workspace_root", str(SHIPPED_DATA))
-    for path in task_files:
-        if not Path(path).is_file():
-            raise UsageError(f"--tasks: no such file {path}")
-    rows = load_rows(task_files, env_config.get("workspace_root"))
-    if not rows:
-        raise UsageError("--tasks: the files hold no tasks")
+    rows = load_task_files(task_files, env_config.get("workspace_root"))
     policy = build_policy(args)
     labels_for = None
     labels: list[str] = []
@@ -150,9 +144,6 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
         def labels_for(task_id: str) -> list[str]:
             return [label for label in labels if label in policy.labels_for(task_id)]
-
-    for index, row in enumerate(rows):  # dataset rows may lack task_id; jobs and records agree on one
-        row["task_id"] = row.get("task_id") or f"task-{index}"
 
     run = None
     run_id = args.run_id or "local"
@@ -177,17 +168,14 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     jobs = plan_jobs(rows, run_id, args.samples, labels_for)
     if not jobs:
         raise UsageError("no episodes to run: no scripted trajectory matches these tasks and labels")
-    done_before = 0
+    jobs_left = jobs
     if run is not None:
         try:
-            run.repair()
-            existing = run.existing_ids()
+            pending = set(run.pending([job.episode_id for job in jobs]))
         except RunDirError as exc:
             raise UsageError(str(exc))
-        done_before = sum(1 for job in jobs if job.episode_id in existing)
-        jobs_left = [job for job in jobs if job.episode_id not in existing]
-    else:
-        jobs_left = jobs
+        jobs_left = [job for job in jobs if job.episode_id in pending]
+    done_before = len(jobs) - len(jobs_left)
 
     results: list[EpisodeResult] = []
     stop = threading.Event()
@@ -216,7 +204,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     failed = [r for r in results if not r.finished and r.failure != "interrupted"]
     if run is not None:
         n, kept = run.consolidate([job.episode_id for job in jobs], keep)
-        missing = len(jobs) - len(run.existing_ids() & {job.episode_id for job in jobs})
+        missing = run.missing([job.episode_id for job in jobs])
         line = f"{n} episode records in [bold]{run.path / 'episodes.jsonl'}[/bold]"
         if kept is not None:
             line += f", {kept} kept in [bold]{run.path / 'kept.jsonl'}[/bold]"

@@ -156,6 +156,22 @@ def load_rows(
     return rows
 
 
+def load_task_files(paths: Iterable[str | Path], workspace_root: str | None) -> list[dict[str, Any]]:
+    """Rows for commands that run episodes (``rollout``, ``eval``): every file must exist and
+    hold at least one task, and every row gets a ``task_id`` (``task-<n>`` for DeepAnalyze rows
+    without one) so that jobs, records and reports agree on it."""
+    paths = list(paths)
+    for path in paths:
+        if not Path(path).is_file():
+            raise ConfigError(f"--tasks: no such file {path}")
+    rows = load_rows(paths, workspace_root)
+    if not rows:
+        raise ConfigError("--tasks: the files hold no tasks")
+    for index, row in enumerate(rows):
+        row["task_id"] = row.get("task_id") or f"task-{index}"
+    return rows
+
+
 def write_parquet(rows: list[dict[str, Any]], out: Path) -> str:
     """Parquet needs one type per field; ground truths mix text and numbers across tasks, so
     ``reward_spec`` falls back to a JSON string column (the env decodes it) when needed."""

@@ -119,6 +119,17 @@ class RunDir:
     def existing_ids(self) -> set[str]:
         return set(self._index())
 
+    def pending(self, episode_ids: Sequence[str]) -> list[str]:
+        """What a (resumed) run still has to do: repair torn tails, then the ids not yet recorded,
+        in the given order. A killed run resumes with no duplicate and no gap."""
+        self.repair()
+        done = self.existing_ids()
+        return [eid for eid in episode_ids if eid not in done]
+
+    def missing(self, episode_ids: Sequence[str]) -> int:
+        """How many of ``episode_ids`` have no record (episodes that failed or were interrupted)."""
+        return len(set(episode_ids) - self.existing_ids())
+
     def _index(self, keep: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, _Line]:
         """Where each episode's line is (last copy wins), without holding the records in memory:
         a long teacher run has more record bytes than a machine has RAM."""
