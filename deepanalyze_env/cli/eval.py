@@ -109,21 +109,26 @@ def _policy(args: argparse.Namespace, temperature: float) -> Any:
     )
 
 
-def task_meta(paths: list[str]) -> dict[str, dict[str, Any]]:
-    """Per task id: method, family, difficulty (task fields, or a dataset row's ``extra_info``)."""
-    from deepanalyze_env.core.tasks import read_jsonl
+def task_meta(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per task id: method, family, difficulty — from the rows the eval runs (task fields travel in
+    ``extra_info``; DeepAnalyze rows may carry them at the top level)."""
+    import json
 
     meta: dict[str, dict[str, Any]] = {}
-    for path in paths:
-        for index, obj in enumerate(read_jsonl(path)):
-            info = obj.get("extra_info") if isinstance(obj.get("extra_info"), dict) else {}
-            task_id = obj.get("id") or obj.get("task_id") or info.get("task_id") or f"task-{index}"
-            entry = {"method": (obj.get("reward_spec") or {}).get("method") or obj.get("method")}
-            for key in ("family", "difficulty"):
-                value = obj.get(key, info.get(key))
-                if value is not None:
-                    entry[key] = value
-            meta[str(task_id)] = entry
+    for row in rows:
+        info = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+        spec = row.get("reward_spec")
+        if isinstance(spec, str):
+            try:
+                spec = json.loads(spec)
+            except ValueError:
+                spec = {}
+        entry = {"method": (spec or {}).get("method") or info.get("method")}
+        for key in ("family", "difficulty"):
+            value = row.get(key, info.get(key))
+            if value is not None:
+                entry[key] = value
+        meta[str(row["task_id"])] = entry
     return meta
 
 
@@ -168,7 +173,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         raise UsageError(str(exc))
     env_config["records_dir"] = str(run.records_dir)
-    write_json(run.path / TASKS_FILE, task_meta(task_files))
+    write_json(run.path / TASKS_FILE, task_meta(rows))
     jobs = plan_jobs(rows, run.run_id, args.samples, labels_for)
     if not jobs:
         raise UsageError("no episodes to run: no scripted trajectory matches these tasks and labels")

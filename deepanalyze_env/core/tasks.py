@@ -137,29 +137,39 @@ def load_rows(
     """The one loader of training/evaluation rows, used by both trainers and every command.
 
     Task objects become rows (:func:`task_to_row`) with SkyRL's ``data_source`` and
-    ``extra_info`` columns; DeepAnalyze's own rows (``prompt`` + ``reward_spec``) pass through
-    unchanged. Rows come in file order; a problem is a ``ConfigError`` naming the file.
+    ``extra_info`` (task id, index, method, and the bank's family and difficulty) columns;
+    DeepAnalyze's own rows (``prompt`` + ``reward_spec``) pass through unchanged except that a row
+    without ``task_id`` gets ``task-<n>`` (its position), so that jobs, records and reports agree.
+    Rows come in file order; a problem is a ``ConfigError`` naming the file.
     """
     rows = []
     for path in paths:
         for index, obj in enumerate(read_task_file(path)):
             if is_dataset_row(obj):
-                rows.append(dict(obj))
+                row = dict(obj)
+                info = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+                # one id per row for jobs, records and reports (DeepAnalyze rows may lack one)
+                row["task_id"] = row.get("task_id") or info.get("task_id") or f"task-{len(rows)}"
+                rows.append(row)
                 continue
             try:
                 row = task_to_row(obj, workspace_root)
             except ConfigError as exc:
                 raise ConfigError(f"{path}: task {index}: {exc}")
             row["data_source"] = data_source
-            row["extra_info"] = {"task_id": row["task_id"], "index": index, "method": obj.get("method")}
+            row["extra_info"] = {
+                "task_id": row["task_id"],
+                "index": index,
+                "method": obj.get("method"),
+                **{k: obj[k] for k in ("family", "difficulty") if k in obj},
+            }
             rows.append(row)
     return rows
 
 
 def load_task_files(paths: Iterable[str | Path], workspace_root: str | None) -> list[dict[str, Any]]:
     """Rows for commands that run episodes (``rollout``, ``eval``): every file must exist and
-    hold at least one task, and every row gets a ``task_id`` (``task-<n>`` for DeepAnalyze rows
-    without one) so that jobs, records and reports agree on it."""
+    together they must hold at least one task."""
     paths = list(paths)
     for path in paths:
         if not Path(path).is_file():
@@ -167,8 +177,6 @@ def load_task_files(paths: Iterable[str | Path], workspace_root: str | None) -> 
     rows = load_rows(paths, workspace_root)
     if not rows:
         raise ConfigError("--tasks: the files hold no tasks")
-    for index, row in enumerate(rows):
-        row["task_id"] = row.get("task_id") or f"task-{index}"
     return rows
 
 

@@ -8,6 +8,8 @@ chat template with the generation prompt, and text appended as plain tokens (a c
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -25,3 +27,21 @@ def plain_token_ids(tokenizer: Any, text: str) -> list[int]:
     """Text as plain tokens: a cell that prints a special token's text (``<|im_end|>``) must not
     inject that token into the sequence (observations here; recorded turns in SFT)."""
     return list(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
+
+
+def text_token_ids(tokenizer: Any, text: str, special_tags: Iterable[str] = ()) -> list[int]:
+    """Text as plain tokens, except ``special_tags`` (protocol tags that are special tokens in
+    this tokenizer, e.g. DeepAnalyze's ``<Code>``), which become their single ids — what a policy
+    that sampled them produced. Everything else stays text, as :func:`plain_token_ids`."""
+    tags = sorted((t for t in special_tags if t), key=len, reverse=True)
+    if not tags or not any(t in text for t in tags):
+        return plain_token_ids(tokenizer, text)
+    ids: list[int] = []
+    for piece in re.split("(" + "|".join(re.escape(t) for t in tags) + ")", text):
+        if not piece:
+            continue
+        if piece in tags:
+            ids += list(tokenizer.encode(piece, add_special_tokens=False))
+        else:
+            ids += plain_token_ids(tokenizer, piece)
+    return ids

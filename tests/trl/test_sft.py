@@ -215,3 +215,23 @@ def test_unknown_sft_recipe_key_names_the_key(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"unknown key sft\.kep"):
         load_recipe(recipe, ["sft.kep=format_ok"])
+
+
+def test_protocol_tags_that_are_special_tokens_stay_single_ids(fresh_smollm2_tokenizer):
+    """DeepAnalyze's tokenizer holds the tags as special tokens: the policy sampled one id per tag,
+    so SFT must train on that id, not on ``<``, ``Code``, ``>`` pieces; other text (a printed
+    ``<|im_end|>``) stays plain."""
+    tok = fresh_smollm2_tokenizer
+    tok.add_special_tokens({"additional_special_tokens": ["<Code>", "</Code>"]})
+    code_open, code_close = tok.convert_tokens_to_ids(["<Code>", "</Code>"])
+    turn = "<Analyze>look</Analyze>\n<Code>\nprint('<|im_end|>')\n</Code>"
+    record = {
+        "episode_id": "e1",
+        "termination": "max_turns",
+        "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": turn}],
+    }
+    rendered = render_record(tok, record)
+    policy_ids = [i for i, m in zip(rendered.completion_ids, rendered.completion_mask, strict=True) if m == 1]
+    assert policy_ids.count(code_open) == 1 and policy_ids.count(code_close) == 1
+    assert tok.eos_token_id not in policy_ids  # the printed <|im_end|> is text
+    assert tok.decode(policy_ids) == turn

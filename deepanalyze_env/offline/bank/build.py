@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -25,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deepanalyze_env.core.models import CACHE_ENV, cache_dir
 from deepanalyze_env.offline.bank import BankError
 from deepanalyze_env.offline.bank.families import FAMILIES, Draft, FamilyContext
 from deepanalyze_env.offline.bank.quality import judge, reward_spec, run_programs, summarise
@@ -76,7 +78,28 @@ def _task(draft: Draft, spec: dict[str, Any], index: int, split: str) -> dict[st
     }
 
 
-def build(
+def build(out: Path, **kwargs: Any) -> BuildResult:
+    """Build the bank into ``out`` (created; must be empty or absent), atomically: the files are
+    made in a sibling folder and renamed into place at the end, so an interrupted or failed build
+    leaves nothing that blocks the next one (outputs do not depend on the folder's path)."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise BankError(f"--out {out} is not empty; give a new folder (or use --check to compare)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    try:
+        result = _build(staging, **kwargs)
+        if out.exists():
+            out.rmdir()
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    result.out = out
+    return result
+
+
+def _build(
     out: Path,
     *,
     seed: int = DEFAULT_SEED,
@@ -86,7 +109,6 @@ def build(
     workers: int = 2,
     progress: Progress | None = None,
 ) -> BuildResult:
-    """Build the bank into ``out`` (created; must be empty or absent)."""
     names = families or sorted(FAMILIES)
     unknown = [f for f in names if f not in FAMILIES]
     if unknown:
@@ -94,8 +116,6 @@ def build(
     table_names = tables or list(TABLES)
     if bad := [t for t in table_names if t not in TABLES]:
         raise BankError(f"unknown tables {', '.join(bad)}; known: {', '.join(sorted(TABLES))}")
-    if out.exists() and any(out.iterdir()):
-        raise BankError(f"--out {out} is not empty; give a new folder (or use --check to compare)")
     per_table = per_table or PER_TABLE
     tick = progress or (lambda stage, done, total: None)
     out.mkdir(parents=True, exist_ok=True)
@@ -196,7 +216,10 @@ def build(
 
 
 def cache_folder(seed: int = DEFAULT_SEED) -> Path:
-    """Where the bank is built on first use: ``$XDG_CACHE_HOME`` (or ``~/.cache``)/deepanalyze-env/."""
+    """Where the bank is built on first use: the project's cache folder (``DEEPANALYZE_CACHE``, else
+    ``$XDG_CACHE_HOME/deepanalyze-env``, else ``~/.cache/deepanalyze-env``)."""
+    if os.environ.get(CACHE_ENV):
+        return cache_dir() / f"bank-seed{seed}"
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "deepanalyze-env" / f"bank-seed{seed}"
 

@@ -426,32 +426,40 @@ class DeepAnalyzeRollout:
         generate = self.generator or default_generator(trainer)
         eos = _eos_ids(trainer)
         template_kwargs = dict(getattr(trainer, "chat_template_kwargs", None) or {})
-        episodes = [self._start(prompt, tok, i, template_kwargs) for i, prompt in enumerate(prompts)]
-        with ThreadPoolExecutor(max_workers=max(1, min(self.env_workers, len(episodes) or 1))) as pool:
-            while True:
-                active: list[_Episode] = []
-                for ep in episodes:
-                    if ep.final is None and self._room(ep, budget) <= 0:
-                        ep.final = self._end_for_length(ep)
-                    elif ep.final is None:
-                        active.append(ep)
-                caps = [min(self._room(ep, budget), self.max_turn_tokens or budget) for ep in active]
-                contexts = [ep.prompt_ids + ep.completion_ids for ep in active]
-                outs = lockstep_generate(trainer, generate, contexts, caps)
-                if outs is None:  # no episode left on any process
-                    break
-                if len(outs) != len(active):
-                    raise RuntimeError(f"generator returned {len(outs)} turns for {len(active)} episodes")
-                steps = [
-                    pool.submit(self._advance, ep, out, cap, tok, budget, set(eos))
-                    for ep, out, cap in zip(active, outs, caps, strict=True)
-                ]
-                for fut in steps:
-                    fut.result()
+        episodes: list[_Episode] = []
+        try:
+            for i, prompt in enumerate(prompts):
+                episodes.append(self._start(prompt, tok, i, template_kwargs))
+            with ThreadPoolExecutor(max_workers=max(1, min(self.env_workers, len(episodes) or 1))) as pool:
+                while True:
+                    active: list[_Episode] = []
+                    for ep in episodes:
+                        if ep.final is None and self._room(ep, budget) <= 0:
+                            ep.final = self._end_for_length(ep)
+                        elif ep.final is None:
+                            active.append(ep)
+                    caps = [min(self._room(ep, budget), self.max_turn_tokens or budget) for ep in active]
+                    contexts = [ep.prompt_ids + ep.completion_ids for ep in active]
+                    outs = lockstep_generate(trainer, generate, contexts, caps)
+                    if outs is None:  # no episode left on any process
+                        break
+                    if len(outs) != len(active):
+                        raise RuntimeError(f"generator returned {len(outs)} turns for {len(active)} episodes")
+                    steps = [
+                        pool.submit(self._advance, ep, out, cap, tok, budget, set(eos))
+                        for ep, out, cap in zip(active, outs, caps, strict=True)
+                    ]
+                    for fut in steps:
+                        fut.result()
+            for ep in episodes:
+                finished = ep.final["termination"] != "length" or self.score_truncated
+                if finished and (not ep.completion_ids or ep.completion_ids[-1] not in eos):
+                    ep.add([eos[0]], 0, None)  # a finished episode ends with EOS (TRL's truncation check)
+        except BaseException:  # a failed batch leaves no kernel or scratch folder, and no half records
+            for ep in episodes:
+                ep.env.close(record=False)
+            raise
         for ep in episodes:
-            finished = ep.final["termination"] != "length" or self.score_truncated
-            if finished and (not ep.completion_ids or ep.completion_ids[-1] not in eos):
-                ep.add([eos[0]], 0, None)  # a finished episode ends with EOS (TRL's truncation check)
             ep.env.close()
         result = self._collect(episodes)
         self.stats.seconds += time.monotonic() - start

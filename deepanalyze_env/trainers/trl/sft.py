@@ -82,7 +82,7 @@ def _make_callback(out: Path):
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             logs = {k: v for k, v in (logs or {}).items() if isinstance(v, int | float)}
-            if "loss" not in logs:
+            if "loss" not in logs or not state.is_world_process_zero:  # one writer under accelerate
                 return
             line = {
                 "step": state.global_step,
@@ -196,6 +196,8 @@ def train_sft(recipe: Recipe, check: bool = False) -> int:
     )
     trainer.train()
     trainer.save_model(str(out))  # weights + config + tokenizer: a folder GRPO recipes take as `model`
+    if not trainer.is_world_process_zero():
+        return 0
     tokenizer.save_pretrained(str(out))
     metrics = out / "metrics.jsonl"
     if metrics.is_file():

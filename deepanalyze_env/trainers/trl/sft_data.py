@@ -28,8 +28,8 @@ from typing import Any
 
 from deepanalyze_env.core.filters import RecordFilter
 from deepanalyze_env.core.records import load_run
-from deepanalyze_env.core.tokens import plain_token_ids, prompt_token_ids
-from deepanalyze_env.trainers.trl.rollout import encode_observation
+from deepanalyze_env.core.tokens import prompt_token_ids, text_token_ids
+from deepanalyze_env.trainers.trl.rollout import encode_observation, token_rules
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,8 @@ def render_record(tokenizer: Any, record: dict[str, Any], eos_token_id: int | No
     out = RenderedEpisode(str(record.get("episode_id")), prompt_token_ids(tokenizer, prompt))
     for message in episode:
         text = message.get("content") or ""
-        if message.get("role") == "assistant":
-            out.add(plain_token_ids(tokenizer, text), 1)
+        if message.get("role") == "assistant":  # tags that are special tokens stay those tokens
+            out.add(text_token_ids(tokenizer, text, token_rules(tokenizer).special_tags), 1)
         else:  # exactly as the rollout encodes observations (special framing tags kept)
             out.add(encode_observation(tokenizer, text), 0)
     if record.get("termination") != "length":  # the rollout closes a finished episode with EOS, no loss

@@ -21,7 +21,7 @@ from rich.table import Table
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.config import ConfigError
 from deepanalyze_env.core.models import resolve_model
-from deepanalyze_env.core.records import read_records
+from deepanalyze_env.core.records import load_run, write_jsonl_atomic
 from deepanalyze_env.core.tasks import load_rows
 from deepanalyze_env.trainers.recipes import Recipe
 from deepanalyze_env.trainers.trl.rollout import (
@@ -123,6 +123,8 @@ def _make_callback(rollout: DeepAnalyzeRollout, out: Path):
             if "reward" not in logs and "loss" not in logs:
                 return
             stats = rollout.drain()
+            if not state.is_world_process_zero:  # one writer under accelerate launch (rank 0's stats)
+                return
             rewards = stats.rewards
             mean = sum(rewards) / len(rewards) if rewards else None
             std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else None
@@ -146,13 +148,10 @@ def _make_callback(rollout: DeepAnalyzeRollout, out: Path):
 
 
 def _collect_records(records_dir: Path, out: Path) -> int:
-    records = []
-    for path in sorted(records_dir.glob("episodes-*.jsonl")):
-        records.extend(read_records(path))
-    with open(out / "episodes.jsonl", "w") as fh:
-        for record in records:
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-    return len(records)
+    """``episodes.jsonl`` from every process's records file (deduplicated by episode id)."""
+    if not any(records_dir.glob("episodes-*.jsonl")):
+        return 0
+    return write_jsonl_atomic(out / "episodes.jsonl", load_run(records_dir).records)
 
 
 def plot_reward_curves(metrics_path: Path, png_path: Path) -> None:
@@ -231,6 +230,8 @@ def train_trl(recipe: Recipe) -> int:
     )
     trainer.train()
     trainer.save_model(str(out))  # the trained policy: a model folder for `eval --model` or another recipe
+    if not trainer.is_world_process_zero():  # the other ranks' episodes are in their records files
+        return 0
     tokenizer.save_pretrained(str(out))
     n = _collect_records(records_dir, out)
     if (out / "metrics.jsonl").is_file():
