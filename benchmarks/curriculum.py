@@ -113,10 +113,12 @@ def main() -> int:
     parser.add_argument("--floor", type=float, help="curriculum setting (default: CurriculumConfig's)")
     parser.add_argument("--sharpness", type=float, help="curriculum setting (default: CurriculumConfig's)")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0)
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=150)
     results: dict[str, list[Run]] = {"uniform": [], "curriculum": [], "oracle": []}
-    for seed in track(range(args.seeds), description="seeds", console=console):
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    for seed in track(seeds, description="seeds", console=console):
         for name in results:
             results[name].append(simulate(args, seed, name))
     table = Table(title=f"{args.tasks} tasks, {args.batch}x{args.group} episodes/step, {args.steps} steps")
