@@ -8,6 +8,7 @@ the dataloader's indices is the contract with TRL.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -154,3 +155,52 @@ def test_grpo_trainer_draws_its_groups_from_the_curriculum(smollm2_dir, workspac
     assert (log["groups"], log["zero_variance_groups"], log["zero_variance_fraction"]) == (2, 2, 1.0)
     assert log["success_histogram"] == [0, 0, 1, 0, 0, 2, 0, 1, 0, 0]
     assert log["tasks"] == 4 and log["sampling_entropy"] > 0
+
+
+def test_train_with_a_curriculum_logs_it_every_step(tiny_tokenizer, workspace_root, tmp_path):
+    """The whole ``deepanalyze-rl train`` path: two real GRPO steps drawing from the curriculum."""
+    from deepanalyze_env.cli import main
+    from tests.trl.test_grpo_integration import tiny_policy
+
+    model_dir = tmp_path / "policy"
+    tiny_policy(tiny_tokenizer).save_pretrained(model_dir)
+    tiny_tokenizer.save_pretrained(model_dir)
+    tasks = tmp_path / "tasks.jsonl"
+    task = {"method": "qa_plain", "instruction": "Which store?", "data": "data", "workspace_id": "ws"}
+    tasks.write_text(
+        "".join(
+            json.dumps({**task, "id": f"q{i}", "reward_spec": {"method": "qa_plain", "ground_truth": "B"}})
+            + "\n"
+            for i in range(3)
+        )
+    )
+    out = tmp_path / "run"
+    tree = {
+        **BASE,
+        "output_dir": str(out),
+        "max_steps": 2,
+        "model": str(model_dir),
+        "data": [str(tasks)],
+        "env": {"workspace_root": str(workspace_root), "max_turns": 2},
+        "rollout": {"max_turn_tokens": 40},
+        "curriculum": {"kind": "success_rate"},
+        "trl": {
+            "per_device_train_batch_size": 4,
+            "num_generations": 2,
+            "max_completion_length": 64,
+            "beta": 0.0,
+            "seed": 0,
+            "gradient_checkpointing": False,
+        },
+    }
+    assert main(["train", str(recipe_file(tmp_path, tree))]) == 0
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    for m in metrics:
+        log = m["curriculum"]
+        # 4 episodes a step = 2 tasks x 2 generations; each task's pair is one group
+        assert log["episodes_counted"] + log["episodes_excluded"] == 4
+        assert log["tasks"] == 3 and sum(log["success_histogram"]) == 3
+    episodes = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
+    per_step_tasks = Counter(e["task_id"] for e in episodes)
+    assert sum(per_step_tasks.values()) == 8 and all(n % 2 == 0 for n in per_step_tasks.values())
