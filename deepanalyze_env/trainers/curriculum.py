@@ -103,23 +103,13 @@ class CurriculumConfig:
         if tree.get("kind") != "success_rate":
             raise ConfigError(f"{where}.kind must be success_rate, got {tree.get('kind')!r}")
         args = dict(tree)
-        try:
-            if "prior" in args:
-                prior = tuple(float(x) for x in args["prior"])
-                if len(prior) != 2 or min(prior) <= 0:
-                    raise ValueError
-                args["prior"] = prior
-            if "accuracy_components" in args:
-                comps = args["accuracy_components"]
-                args["accuracy_components"] = (comps,) if isinstance(comps, str) else tuple(comps)
-            for name in ("decay", "floor", "sharpness", "success_threshold", "mastered", "hopeless"):
-                if name in args:
-                    args[name] = float(args[name])
-            for name in ("min_episodes", "seed"):
-                if args.get(name) is not None:
-                    args[name] = int(args[name])
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: bad value in {tree} (prior is two positive numbers)")
+        for name, value in tree.items():
+            try:
+                args[name] = _COERCE.get(name, lambda v: v)(value)
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"{where}.{name}: bad value {value!r} ({_EXPECTED.get(name, 'see the docs')})"
+                )
         config = cls(**args)
         config.validate(where)
         return config
@@ -135,6 +125,41 @@ class CurriculumConfig:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(f"{where}: {message}")
+
+
+def _prior(value: Any) -> tuple[float, float]:
+    prior = tuple(float(x) for x in value)
+    if len(prior) != 2 or min(prior) <= 0:
+        raise ValueError
+    return prior[0], prior[1]
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list | tuple):
+        raise TypeError
+    return tuple(str(v) for v in value)
+
+
+def _optional(kind: type) -> Any:
+    return lambda v: None if v is None else kind(v)
+
+
+_COERCE: dict[str, Any] = {
+    "prior": _prior,
+    "accuracy_components": _names,
+    **{n: float for n in ("decay", "floor", "sharpness", "success_threshold", "mastered", "hopeless")},
+    "min_episodes": int,
+    "seed": _optional(int),
+    "from_records": _optional(str),
+}
+_EXPECTED = {
+    "prior": "two positive numbers [alpha, beta]",
+    "accuracy_components": "a component name or a list of them",
+    "min_episodes": "an integer",
+    "seed": "an integer",
+}
 
 
 @dataclass
@@ -218,9 +243,7 @@ class SuccessRateCurriculum:
     def observe_records(self, records: Iterable[dict[str, Any]]) -> int:
         """Seed from earlier episode records (unfinished ones skipped); returns how many counted."""
         before = self._log.episodes_counted
-        self.observe(
-            [r for r in records if r.get("reward_status") not in (None, "unfinished")]  # type: ignore[misc]
-        )
+        self.observe([r for r in records if r.get("reward_status") not in (None, "unfinished")])
         counted = self._log.episodes_counted - before
         self._log = StepLog()  # history is not this run's first step
         return counted
