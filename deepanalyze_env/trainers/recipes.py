@@ -1,8 +1,12 @@
 """Recipe files (DESIGN contract 7): YAML with ``backend``, ``output_dir``, ``max_steps``,
-``model``, ``data``, ``env``, ``rollout``, ``trl``, ``skyrl``, ``sft``; ``key=value`` overrides on top.
+``model``, ``data``, ``env``, ``rollout``, ``trl``, ``skyrl``, ``sft``, ``curriculum``; ``key=value``
+overrides on top.
 
 ``backend: trl-sft`` is the SFT warm start: ``data`` names episode records (files or run
 folders), ``sft`` selects them (``keep``, ``statuses``) and ``trl`` holds ``SFTConfig`` settings.
+
+``curriculum: {kind: success_rate, …}`` (off unless set; ``backend: trl`` only so far) samples
+tasks by their success estimate (``trainers/curriculum.py`` documents every field).
 
 Overrides use dotted keys (``env.judge.base_url=http://…``) and YAML scalars (``max_steps=2``).
 Top-level keys are checked here; ``env`` is checked by ``EnvConfig`` and ``trl`` by
@@ -18,8 +22,21 @@ from typing import Any
 import yaml
 
 from deepanalyze_env.core.config import ConfigError, EnvConfig
+from deepanalyze_env.trainers.curriculum import CurriculumConfig
 
-TOP_LEVEL = ("backend", "output_dir", "max_steps", "model", "data", "env", "rollout", "trl", "skyrl", "sft")
+TOP_LEVEL = (
+    "backend",
+    "output_dir",
+    "max_steps",
+    "model",
+    "data",
+    "env",
+    "rollout",
+    "trl",
+    "skyrl",
+    "sft",
+    "curriculum",
+)
 ROLLOUT_KEYS = ("max_turn_tokens", "score_truncated", "env_workers")
 SFT_KEYS = ("keep", "statuses")
 BACKENDS = ("trl", "skyrl", "trl-sft")
@@ -37,6 +54,7 @@ class Recipe:
     trl: dict[str, Any] = field(default_factory=dict)
     skyrl: dict[str, Any] = field(default_factory=dict)
     sft: dict[str, Any] = field(default_factory=dict)
+    curriculum: CurriculumConfig | None = None
     source: str = ""
 
 
@@ -92,6 +110,11 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     bad = [k for k in sft if k not in SFT_KEYS]
     if bad:
         raise ConfigError(f"{path}: unknown key sft.{bad[0]} (known: {', '.join(SFT_KEYS)})")
+    curriculum = None
+    if tree.get("curriculum") is not None:
+        curriculum = CurriculumConfig.from_mapping(tree["curriculum"], str(path))
+        if tree["backend"] != "trl":
+            raise ConfigError(f"{path}: curriculum is supported on backend trl only (got {tree['backend']})")
     env = dict(tree.get("env") or {})
     EnvConfig.from_any(env)
     try:
@@ -109,5 +132,6 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
         trl=dict(tree.get("trl") or {}),
         skyrl=dict(tree.get("skyrl") or {}),
         sft=sft,
+        curriculum=curriculum,
         source=str(path),
     )

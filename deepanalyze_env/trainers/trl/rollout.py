@@ -297,6 +297,19 @@ def lockstep_generate(
     return flat[start : start + len(contexts)]
 
 
+def gather_outcomes(outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every process's episode outcomes, in rank order (a GRPO group may span processes, and
+    each process's curriculum must see the same evidence to draw the same tasks)."""
+    _, world = _world()
+    if world == 1:
+        return outcomes
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, outcomes)
+    return [o for part in gathered for o in part]
+
+
 # ---------------------------------------------------------------------------- token bookkeeping
 
 
@@ -408,6 +421,8 @@ class DeepAnalyzeRollout:
         self.run_id = run_id or uuid.uuid4().hex[:8]
         self.stats = RolloutStats()
         self._calls = 0
+        # Called with every process's finished episodes after each call (the curriculum's feed).
+        self.listeners: list[Callable[[list[dict[str, Any]]], None]] = []
         for row in self.rows.values():  # fail on a bad row or config now, not mid-training
             DeepAnalyzeEnv(env_config=self.env_config, extras=env_extras(row))
 
@@ -462,6 +477,10 @@ class DeepAnalyzeRollout:
         for ep in episodes:
             ep.env.close()
         result = self._collect(episodes)
+        if self.listeners:
+            outcomes = gather_outcomes([self._outcome(ep) for ep in episodes])
+            for listener in self.listeners:
+                listener(outcomes)
         self.stats.seconds += time.monotonic() - start
         return result
 
@@ -516,6 +535,19 @@ class DeepAnalyzeRollout:
         return {"reward": step["reward"], **step["metadata"]}
 
     # -- batch output
+
+    def _outcome(self, ep: _Episode) -> dict[str, Any]:
+        meta = ep.final
+        trainable = meta["reward_status"] == "scored" and (
+            meta["termination"] != "length" or self.score_truncated
+        )
+        return {
+            "task_id": str(ep.row["task_id"]),
+            "reward": float(meta["reward"]) if trainable else None,
+            "reward_status": meta["reward_status"],
+            "termination": meta["termination"],
+            "reward_components": dict(meta["reward_components"]),
+        }
 
     def _collect(self, episodes: list[_Episode]) -> dict[str, Any]:
         rewards: list[float | None] = []

@@ -23,6 +23,7 @@ from deepanalyze_env.core.config import ConfigError
 from deepanalyze_env.core.models import resolve_model
 from deepanalyze_env.core.records import load_run, write_jsonl_atomic
 from deepanalyze_env.core.tasks import load_rows
+from deepanalyze_env.trainers.curriculum import SuccessRateCurriculum
 from deepanalyze_env.trainers.recipes import Recipe
 from deepanalyze_env.trainers.trl.rollout import (
     DeepAnalyzeRollout,
@@ -108,7 +109,18 @@ def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any]) -> Table:
     return table
 
 
-def _make_callback(rollout: DeepAnalyzeRollout, out: Path):
+def build_curriculum(recipe: Recipe, rows: list[dict[str, Any]], seed: int) -> SuccessRateCurriculum | None:
+    """The recipe's curriculum over the rows in dataset order, seeded from earlier records."""
+    config = recipe.curriculum
+    if config is None:
+        return None
+    task_ids = [str(r["task_id"]) for r in rows]
+    if config.from_records:
+        return SuccessRateCurriculum.from_records(config.from_records, task_ids, config, seed)
+    return SuccessRateCurriculum(task_ids, config, seed)
+
+
+def _make_callback(rollout: DeepAnalyzeRollout, out: Path, curriculum: SuccessRateCurriculum | None = None):
     from transformers import TrainerCallback
 
     class StepReporter(TrainerCallback):
@@ -140,6 +152,8 @@ def _make_callback(rollout: DeepAnalyzeRollout, out: Path):
                 "elapsed_seconds": round(time.monotonic() - self.started, 3),
                 "trainer": {k: v for k, v in logs.items() if isinstance(v, int | float)},
             }
+            if curriculum is not None:
+                line["curriculum"] = curriculum.drain()
             with open(self.path, "a") as fh:
                 fh.write(json.dumps(line) + "\n")
             console.print(_step_table(state.global_step, stats, logs))
@@ -186,6 +200,8 @@ def train_trl(recipe: Recipe) -> int:
         import trl
         from datasets import Dataset
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from deepanalyze_env.trainers.trl.curriculum_sampler import curriculum_trainer_class
     except ImportError as exc:
         raise ConfigError(f"backend trl needs the trl extra: pip install -e '.[trl]' ({exc})")
 
@@ -203,6 +219,9 @@ def train_trl(recipe: Recipe) -> int:
     if not rows:
         raise ConfigError(f"{recipe.source}: the data files hold no tasks")
     rollout = DeepAnalyzeRollout(rows, env_config, **recipe.rollout)
+    curriculum = build_curriculum(recipe, rows, config.seed)
+    if curriculum is not None:
+        rollout.listeners.append(curriculum.observe)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -219,14 +238,17 @@ def train_trl(recipe: Recipe) -> int:
         for old in (out / "records").glob("episodes-*.jsonl"):
             old.unlink()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if not cuda else "auto")
-    trainer = trl.GRPOTrainer(
+    trainer_class = trl.GRPOTrainer
+    if curriculum is not None:
+        trainer_class = curriculum_trainer_class(trl.GRPOTrainer, curriculum)
+    trainer = trainer_class(
         model=model,
         reward_funcs=[environment_reward],
         args=config,
         train_dataset=Dataset.from_list(trl_dataset_rows(rows)),
         processing_class=tokenizer,
         rollout_func=rollout,
-        callbacks=[_make_callback(rollout, out)],
+        callbacks=[_make_callback(rollout, out, curriculum)],
     )
     trainer.train()
     trainer.save_model(str(out))  # the trained policy: a model folder for `eval --model` or another recipe
