@@ -138,19 +138,15 @@ def load_rows(
 
     Task objects become rows (:func:`task_to_row`) with SkyRL's ``data_source`` and
     ``extra_info`` (task id, index, method, and the bank's family and difficulty) columns;
-    DeepAnalyze's own rows (``prompt`` + ``reward_spec``) pass through unchanged except that a row
-    without ``task_id`` gets ``task-<n>`` (its position), so that jobs, records and reports agree.
-    Rows come in file order; a problem is a ``ConfigError`` naming the file.
+    DeepAnalyze's own rows (``prompt`` + ``reward_spec``) pass through unchanged (see
+    :func:`with_task_ids` for consumers that need an id on every row). Rows come in file order; a
+    problem is a ``ConfigError`` naming the file.
     """
     rows = []
     for path in paths:
         for index, obj in enumerate(read_task_file(path)):
             if is_dataset_row(obj):
-                row = dict(obj)
-                info = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
-                # one id per row for jobs, records and reports (DeepAnalyze rows may lack one)
-                row["task_id"] = row.get("task_id") or info.get("task_id") or f"task-{len(rows)}"
-                rows.append(row)
+                rows.append(dict(obj))
                 continue
             try:
                 row = task_to_row(obj, workspace_root)
@@ -177,6 +173,15 @@ def load_task_files(paths: Iterable[str | Path], workspace_root: str | None) -> 
     rows = load_rows(paths, workspace_root)
     if not rows:
         raise ConfigError("--tasks: the files hold no tasks")
+    return with_task_ids(rows)
+
+
+def with_task_ids(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give every row a ``task_id`` (its ``extra_info`` one, else ``task-<position>``), in place, so
+    that jobs, records and reports agree on it; DeepAnalyze's own rows may have none."""
+    for index, row in enumerate(rows):
+        info = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+        row["task_id"] = row.get("task_id") or info.get("task_id") or f"task-{index}"
     return rows
 
 

@@ -22,7 +22,7 @@ from deepanalyze_env.core import protocol
 from deepanalyze_env.core.config import ConfigError
 from deepanalyze_env.core.models import resolve_model
 from deepanalyze_env.core.records import load_run, write_jsonl_atomic
-from deepanalyze_env.core.tasks import load_rows
+from deepanalyze_env.core.tasks import load_rows, with_task_ids
 from deepanalyze_env.trainers.curriculum import SuccessRateCurriculum
 from deepanalyze_env.trainers.recipes import Recipe
 from deepanalyze_env.trainers.trl.rollout import (
@@ -215,7 +215,7 @@ def train_trl(recipe: Recipe) -> int:
         env_config["records_dir"] = str(out / "records")
     records_dir = Path(env_config["records_dir"])
     _judge_defaults(env_config, model_dir)
-    rows = load_rows(recipe.data, env_config.get("workspace_root"))
+    rows = with_task_ids(load_rows(recipe.data, env_config.get("workspace_root")))
     if not rows:
         raise ConfigError(f"{recipe.source}: the data files hold no tasks")
     rollout = DeepAnalyzeRollout(rows, env_config, **recipe.rollout)
