@@ -22,7 +22,7 @@ from deepanalyze_env.profiles import PROFILES
 from deepanalyze_env.records import RecordWriter, build_record
 from rewards import RewardContext, RewardOutcome, RewardSpecError
 from tools.kernel import Kernel, KernelError
-from tools.workspace import Workspace
+from tools.workspace import UnsafeWorkspace, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,10 @@ class DeepAnalyzeEnv(BaseTextEnv):
         self.prompt_len = len(messages)
         start = time.monotonic()
         try:
-            self.workspace = Workspace(self.source_workspace)
+            try:
+                self.workspace = Workspace(self.source_workspace)
+            except UnsafeWorkspace as exc:  # the task's data is wrong: loud, like a missing folder
+                raise ConfigError(str(exc)) from exc
             ex = self.config.executor
             self.kernel = Kernel(
                 self.workspace.path,

@@ -19,7 +19,7 @@ import pytest
 import skyrl_gym
 
 import tools.sandbox
-from tests.conftest import code, qa_extras, wait_gone
+from tests.conftest import code, pid_namespace, qa_extras, wait_gone, wait_gone_inside
 
 TIMEOUT_S = 2.0
 PROMPT = [{"role": "user", "content": "Which store has the highest revenue?"}]
@@ -220,6 +220,7 @@ def _contained(case: Case, workspace_root: Path) -> None:
             pytest.skip("no network namespace permitted here")
         server_pid = env.kernel.server.proc.pid
         worker_pid = env.kernel.pid
+        worker_ns = pid_namespace(worker_pid)
         scratch = env.workspace.path
 
         start = time.monotonic()
@@ -246,7 +247,7 @@ def _contained(case: Case, workspace_root: Path) -> None:
             # the worker is recycled after a cell that leaves processes behind (pids cgroup),
             # or at the latest when the episode closes
             if env.kernel.sandbox.get("cgroup"):
-                assert wait_gone(leftover), "a process outlived its cell"
+                assert wait_gone_inside(leftover, worker_ns), "a process outlived its cell"
 
         nxt = env.step(
             code(
@@ -263,7 +264,7 @@ def _contained(case: Case, workspace_root: Path) -> None:
         assert final["reward"] == 1.0
     finally:
         env.close()
-    assert wait_gone(worker_pid)
+    assert wait_gone(worker_pid, timeout=15.0)  # a fork bomb's teardown is slow on a loaded host
     assert _wait(lambda: len(_episode_processes(server_pid, set())) <= 1), (
         f"processes left: {_episode_processes(server_pid, set())}"
     )
