@@ -536,9 +536,10 @@ def _probe(sandbox, cfg: dict) -> bool:
                         _, status = os.waitpid(child, 0)
                         os._exit(os.waitstatus_to_exitcode(status))
                 sandbox.apply({"workspace": probe, "sandbox": cfg}, None, namespaces)
-                with open(os.path.join(probe, "ok"), "w") as fh:
-                    fh.write("ok")
-                code = 0
+                if sandbox.stack_readable():
+                    with open(os.path.join(probe, "ok"), "w") as fh:
+                        fh.write("ok")
+                    code = 0
             except BaseException:
                 traceback.print_exc()
             os._exit(code)
@@ -551,9 +552,17 @@ def _probe(sandbox, cfg: dict) -> bool:
 
 
 def _workable_settings(sandbox, cfg: dict) -> dict:
-    """The strongest of full / without a PID namespace / without the read-only filesystem that
-    works here."""
-    for over in ({}, {"pid_namespace": False}, {"pid_namespace": False, "readonly_fs": False}):
+    """The strongest settings that work here: cells as ``sandbox.uid`` (as root) where that uid
+    can read the interpreter, else root without capabilities; then without a PID namespace;
+    then without the read-only filesystem."""
+    tries = (
+        {},
+        {"uid": 0},
+        {"pid_namespace": False},
+        {"pid_namespace": False, "uid": 0},
+        {"pid_namespace": False, "readonly_fs": False, "uid": 0},
+    )
+    for over in tries:
         trial = dict(cfg, **over)
         if _probe(sandbox, trial):
             return trial

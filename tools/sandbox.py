@@ -395,6 +395,38 @@ def _readonly_bind(libc, path: str) -> None:
     _mount(libc, None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(path))
 
 
+_DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+def _minimal_dev(libc) -> None:
+    """Root's cells keep uid 0 (without capabilities) where the interpreter is unreadable to
+    another uid; device nodes ignore read-only mounts, so /dev becomes a tmpfs holding only
+    the harmless ones (no disks, no /dev/mem)."""
+    fds = {}
+    for name in _DEV_NODES:
+        with contextlib.suppress(OSError):
+            fds[name] = os.open(f"/dev/{name}", os.O_PATH)
+    shm_fd = os.open("/dev/shm", os.O_PATH | os.O_DIRECTORY) if os.path.isdir("/dev/shm") else None
+    try:
+        _mount(libc, "tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755")
+        for name, fd in fds.items():
+            open(f"/dev/{name}", "w").close()
+            _mount(libc, f"/proc/self/fd/{fd}", f"/dev/{name}", None, MS_BIND)
+        if shm_fd is not None:
+            os.mkdir("/dev/shm")
+            _mount(libc, f"/proc/self/fd/{shm_fd}", "/dev/shm", None, MS_BIND)
+        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0")):
+            os.symlink(target, f"/dev/{name}")
+        os.symlink("/proc/self/fd/1", "/dev/stdout")
+        os.symlink("/proc/self/fd/2", "/dev/stderr")
+        _mount(libc, None, "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=64k,mode=755")
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+        if shm_fd is not None:
+            os.close(shm_fd)
+
+
 def _fresh_proc(libc, pid_ns: bool) -> None:
     """The worker's own /proc (only its namespace's processes), kernel knobs read-only."""
     if pid_ns:
@@ -412,7 +444,7 @@ def _private_mount_namespace(libc) -> bool:
     return True
 
 
-def _readonly_filesystem(workspace: str, tmp_mb: int, pid_ns: bool) -> str | None:
+def _readonly_filesystem(workspace: str, tmp_mb: int, pid_ns: bool, keep_root: bool = False) -> str | None:
     """Make every mount read-only in a private mount namespace except the workspace, give the
     worker its own empty /tmp and /dev/shm and (in a PID namespace) its own /proc. Needs
     CAP_SYS_ADMIN: root, or inside the worker's user namespace. Returns a description, or None."""
@@ -452,6 +484,8 @@ def _readonly_filesystem(workspace: str, tmp_mb: int, pid_ns: bool) -> str | Non
         _mount(libc, f"/proc/self/fd/{ws_fd}", workspace, None, MS_BIND)
         _mount(libc, None, workspace, None, MS_BIND | MS_REMOUNT | _kept_flags(workspace))
         _fresh_proc(libc, pid_ns)
+        if keep_root:
+            _minimal_dev(libc)
         return "readonly"
     finally:
         os.close(ws_fd)
@@ -524,6 +558,22 @@ def drop_privileges(uid: int | None) -> dict:
     done["caps"] = "none" if _capabilities_empty() else "kept"
     done["no_new_privs"] = _status_field("NoNewPrivs") == "1"
     return done
+
+
+def stack_readable() -> bool:
+    """Can this process (after ``drop_privileges``) still import from its interpreter's folders?
+    An interpreter under /root (pyenv) is unreadable to another uid."""
+    import sys
+
+    try:
+        with open(os.__file__, "rb") as fh:
+            fh.read(1)
+        for entry in sys.path:
+            if entry and os.path.isdir(entry):
+                os.listdir(entry)
+    except OSError:
+        return False
+    return True
 
 
 def _status_field(name: str) -> str | None:
@@ -714,9 +764,13 @@ def apply(spec: dict, own_cgroup: str | None, namespaces: dict | None = None) ->
             resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
             active["file_size_mb"] = int(file_size_mb)
     workspace = spec.get("workspace")
+    uid = int(cfg.get("uid") or 0)
+    keep_root = os.geteuid() == 0 and uid == 0
     try:
         if cfg.get("readonly_fs") and workspace and READONLY_FS_WORKS is not False:
-            active["fs"] = _readonly_filesystem(workspace, cfg.get("tmp_mb") or 512, ns["pid_ns"]) or "open"
+            active["fs"] = (
+                _readonly_filesystem(workspace, cfg.get("tmp_mb") or 512, ns["pid_ns"], keep_root) or "open"
+            )
         elif ns["pid_ns"]:
             libc = _libc()
             if not _private_mount_namespace(libc):
@@ -725,7 +779,6 @@ def apply(spec: dict, own_cgroup: str | None, namespaces: dict | None = None) ->
     except OSError as exc:
         # Half-applied is unsafe to run in (the workspace may be hidden): give up loudly.
         raise RuntimeError(f"filesystem setup failed: {exc}") from exc
-    uid = int(cfg.get("uid") or 0)
     if os.geteuid() == 0 and uid > 0 and workspace:
         _chown_tree(workspace, uid, uid)
         os.environ["HOME"] = "/tmp" if active["fs"] == "readonly" else workspace
