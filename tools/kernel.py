@@ -12,14 +12,11 @@ import contextlib
 import json
 import logging
 import os
-import re
 import select
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -447,7 +444,7 @@ class Kernel:
             self._ctrl.setblocking(True)
             wire.send_msg(self._ctrl, {"op": "cell", "seq": self._seq, "code": code})
             self._ctrl.setblocking(False)
-        except OSError as exc:
+        except OSError:
             # The worker is gone or stopped reading: whatever an earlier cell did, its doing.
             self._kill()
             self.restarts += 1

@@ -453,7 +453,7 @@ def _hand_off(
     sandbox,
     server_cgroup: str | None,
     cfg: dict,
-) -> _Spare | None | bool:
+) -> _Spare | bool | None:
     """Serve one message from the env; returns the spare still unused, None once it was handed
     out, or False when the env is gone."""
     try:

@@ -317,7 +317,8 @@ def enter_namespaces(cfg: dict) -> dict:
         return info
     want_pid = bool(cfg.get("pid_namespace"))
     want_net = not cfg.get("network")
-    flags = (CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS if want_pid else 0) | (CLONE_NEWNET if want_net else 0)
+    flags = CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS if want_pid else 0
+    flags |= CLONE_NEWNET if want_net else 0
     if not flags:
         return info
     uid, gid = os.geteuid(), os.getegid()

@@ -79,9 +79,13 @@ def check_links(source: Path) -> None:
                     "copy the file into the task folder instead"
                 )
             if not os.path.exists(target):
-                raise UnsafeWorkspace(f"task folder {root} holds a dangling or looping symbolic link: {where}")
+                raise UnsafeWorkspace(
+                    f"task folder {root} holds a dangling or looping symbolic link: {where}"
+                )
             if os.path.isdir(target) and (link + os.sep).startswith(target + os.sep):
-                raise UnsafeWorkspace(f"task folder {root} holds a symbolic link to a folder above it: {where}")
+                raise UnsafeWorkspace(
+                    f"task folder {root} holds a symbolic link to a folder above it: {where}"
+                )
 
 
 class Workspace:

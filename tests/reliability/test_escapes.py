@@ -28,7 +28,7 @@ import skyrl_gym
 import tools.sandbox
 import tools.workspace
 from deepanalyze_env.config import ConfigError
-from tests.conftest import code, pid_namespace, qa_extras, wait_gone
+from tests.conftest import code, pid_namespace, qa_extras
 from tests.reliability.test_hostile_cells import Case
 
 TIMEOUT_S = 2.0
@@ -57,7 +57,8 @@ ESCAPE_CASES = [
         "setns_into_other_netns",
         "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         "for p in [e for e in os.listdir('/proc') if e.isdigit()]:\n"
-        "    try:\n        fd = os.open(f'/proc/{p}/ns/net', os.O_RDONLY)\n    except OSError:\n        continue\n"
+        "    try:\n        fd = os.open(f'/proc/{p}/ns/net', os.O_RDONLY)\n"
+        "    except OSError:\n        continue\n"
         "    if libc.setns(fd, 0x40000000) == 0:\n        print('HIT setns', p)\n"
         "print('setns refused:', os.strerror(ctypes.get_errno()))",
         ("ok",),
@@ -93,7 +94,8 @@ ESCAPE_CASES = [
     Case(
         "kill_everything_visible",
         # Only inside a PID namespace (pid 1): elsewhere this would be a real massacre.
-        "import os, signal\nn = 0\nif os.getpid() == 1:\n    try:\n        os.kill(-1, signal.SIGKILL)\n    except OSError:\n        pass\n"
+        "import os, signal\nn = 0\nif os.getpid() == 1:\n"
+        "    try:\n        os.kill(-1, signal.SIGKILL)\n    except OSError:\n        pass\n"
         "for p in [int(e) for e in os.listdir('/proc') if e.isdigit()] if os.getpid() == 1 else []:\n"
         "    if p not in (1, os.getpid()):\n"
         "        try:\n            os.kill(p, signal.SIGKILL)\n            n += 1\n        except OSError:\n"
@@ -332,7 +334,8 @@ def test_trainer_memory_is_out_of_reach(workspace_root: Path):
         f"remote = Iov({addr}, 26)\n"
         "r = libc.process_vm_readv(@TRAINER@, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)\n"
         "print('readv', 'HIT' if r > 0 else os.strerror(ctypes.get_errno()))\n"
-        "r = libc.ptrace(16, @TRAINER@, 0, 0)\nprint('ptrace', 'HIT' if r == 0 else os.strerror(ctypes.get_errno()))"
+        "r = libc.ptrace(16, @TRAINER@, 0, 0)\n"
+        "print('ptrace', 'HIT' if r == 0 else os.strerror(ctypes.get_errno()))"
     )
     text = observation(out)
     assert "HIT" not in text and "readv Operation not permitted" in text, text
@@ -348,7 +351,8 @@ def test_sibling_worker_fork_server_and_trainer_cannot_be_killed(workspace_root:
         "import os\nfor p in [@BWORKER@, @SERVER@, @TRAINER@]:\n"
         "    try:\n        os.kill(p, 9)\n        print('HIT', p)\n"
         "    except OSError as exc:\n        print('refused', exc.strerror)\n"
-        "try:\n    os.kill(-1, 9)\nexcept OSError:\n    pass\nprint('visible', sorted(int(e) for e in os.listdir('/proc') if e.isdigit()))"
+        "try:\n    os.kill(-1, 9)\nexcept OSError:\n    pass\n"
+        "print('visible', sorted(int(e) for e in os.listdir('/proc') if e.isdigit()))"
     )
     text = observation(out)
     assert "HIT" not in text and "visible [1]" in text, text
@@ -368,7 +372,8 @@ def test_no_socket_a_cell_could_ask_the_fork_server_for_a_worker(workspace_root:
             "for line in open('/proc/net/unix').read().splitlines()[1:]:\n    parts = line.split()\n"
             "    if len(parts) >= 8 and parts[7].startswith('/'):\n        found += 1\n"
             "        try:\n            s = socket.socket(socket.AF_UNIX)\n            s.connect(parts[7])\n"
-            "            print('HIT', parts[7])\n        except OSError:\n            pass\nprint('paths', found)"
+            "            print('HIT', parts[7])\n        except OSError:\n            pass\n"
+            "print('paths', found)"
         )
         assert "HIT" not in observation(out)
     except BaseException:
@@ -432,7 +437,9 @@ def test_forged_reply_cannot_shift_later_replies(workspace_root: Path):
 
 def test_timer_that_kills_a_stateful_worker_is_the_policys_crash(workspace_root: Path):
     eps = Episodes(workspace_root, stateful=True)
-    out, _ = eps.attack("import threading, os\nthreading.Timer(0.3, os._exit, args=(0,)).start()\nprint('set')")
+    out, _ = eps.attack(
+        "import threading, os\nthreading.Timer(0.3, os._exit, args=(0,)).start()\nprint('set')"
+    )
     assert out["metadata"]["exec"]["status"] == "ok"
     time.sleep(1.0)
     after = eps.a.step(code("print('after')"))
@@ -468,7 +475,8 @@ def test_cells_see_only_their_episode_and_no_privilege(workspace_root: Path):
         "import os\nprint('procs', [e for e in os.listdir('/proc') if e.isdigit()])\n"
         "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
         "print('caps', {k: status[k].strip() for k in ('CapEff', 'CapPrm', 'CapBnd', 'CapAmb')})\n"
-        "print('nnp', status['NoNewPrivs'].strip(), 'seccomp', status['Seccomp'].strip(), 'uid', os.getuid())\n"
+        "print('nnp', status['NoNewPrivs'].strip(), 'seccomp', status['Seccomp'].strip(),"
+        " 'uid', os.getuid())\n"
         "for path in ('/proc/sys/kernel/domainname', '/sys/kernel/mm/transparent_hugepage/enabled'):\n"
         "    try:\n        open(path, 'w').write('x')\n        print('HIT', path)\n"
         "    except OSError as exc:\n        print('ro', exc.strerror)"
@@ -526,7 +534,8 @@ def test_task_folder_links_out_are_refused_by_name(tmp_path: Path, kind: str):
     secret = tmp_path / "host-secret.txt"
     secret.write_text("host")
     link = folder / "link"
-    target = {"outside_file": secret, "outside_dir": tmp_path, "loop": folder / "link", "ancestor": folder}[kind]
+    targets = {"outside_file": secret, "outside_dir": tmp_path, "loop": link, "ancestor": folder}
+    target = targets[kind]
     link.symlink_to(target)
     env = skyrl_gym.make("deepanalyze", env_config={"workspace_root": str(root)}, extras=qa_extras())
     with pytest.raises(ConfigError, match=str(link)):
@@ -570,12 +579,19 @@ kw = dict(timeout_s=3, python=sys.executable, preload=())
 b = Kernel(b_ws, **kw)
 a = Kernel(a_ws, **kw)
 res = {'sandbox': a.sandbox, 'b_before': b.run("print(open('data.txt').read())").output}
+KILL = "import os\nfor p in (%d, %d, %d):\n    try:\n        os.kill(p, 9)\n        print('HIT', p)\n"
+KILL += "    except OSError as e:\n        print('refused')"
+REFUSED = "\nexcept OSError as e:\n    print('refused', e.strerror)"
+MEM = "try:\n    open('/proc/%d/mem', 'rb')\n    print('HIT')" + REFUSED
+SETNS = "import ctypes, os\nl = ctypes.CDLL(None, use_errno=True)\n"
+SETNS += "fd = os.open('/proc/self/ns/net', os.O_RDONLY)\nprint('HIT' if l.setns(fd, 0) == 0 else 'refused')"
+WRITE = "try:\n    open(%r, 'a').write('x')\n    print('HIT')" + REFUSED
 attacks = {
-  'kill': "import os\nfor p in (%d, %d, %d):\n    try:\n        os.kill(p, 9); print('HIT', p)\n    except OSError as e:\n        print('refused')" % (b.pid, a.server.proc.pid, os.getpid()),
-  'mem': "try:\n    open('/proc/%d/mem','rb'); print('HIT')\nexcept OSError as e:\n    print('refused', e.strerror)" % os.getpid(),
-  'setns': "import ctypes, os\nl=ctypes.CDLL(None, use_errno=True)\nfd=os.open('/proc/self/ns/net', os.O_RDONLY)\nprint('HIT' if l.setns(fd, 0) == 0 else 'refused')",
+  'kill': KILL % (b.pid, a.server.proc.pid, os.getpid()),
+  'mem': MEM % os.getpid(),
+  'setns': SETNS,
   'alarm': "import signal\nsignal.alarm(1)\nprint('armed')",
-  'write_b': "try:\n    open(%r, 'a').write('x'); print('HIT')\nexcept OSError as e:\n    print('refused', e.strerror)" % os.path.join(b_ws, 'data.txt'),
+  'write_b': WRITE % os.path.join(b_ws, 'data.txt'),
 }
 for name, src in attacks.items():
     r = a.run(src)
