@@ -1,6 +1,7 @@
 """Soak run (issue 8): many episodes mixing normal and hostile cells, several in flight.
 
-Each episode: a normal cell, maybe a hostile cell (kinds from tests/reliability, round robin),
+Each episode: a normal cell, maybe a hostile cell (kinds from tests/reliability: the hostile
+cells and the sandbox escape attempts, round robin),
 another normal cell, the answer, ``close()`` with a records dir. Reports episodes run, hostile
 cells tried and contained per kind, processes / scratch folders / cgroups left behind, this
 process's open fds and RSS before and after, and rewards lost (an episode whose final status is
@@ -34,7 +35,11 @@ import skyrl_gym  # noqa: E402
 import deepanalyze_env  # noqa: E402, F401  (registers the env id)
 import tools.sandbox  # noqa: E402
 from deepanalyze_env.records import read_records  # noqa: E402
-from tests.reliability.test_hostile_cells import CASES  # noqa: E402
+from tests.reliability.test_escapes import ESCAPE_CASES  # noqa: E402
+from tests.reliability.test_hostile_cells import CASES as HOSTILE_CASES  # noqa: E402
+
+# Issue 8's hostile cells and issue 17's escape attempts, round robin.
+CASES = HOSTILE_CASES + ESCAPE_CASES
 
 TIMEOUT_S = 2.0
 NORMAL = "import pandas as pd\ndf = pd.read_csv('sales.csv')\nprint(df.groupby('store').revenue.sum())"
@@ -125,10 +130,12 @@ def main() -> int:
                 nxt = env.step(cell("print('next')"))
                 # Contained: it ended in time as the policy's own failure (under load a slow
                 # memory bomb may time out before it reaches its limit) and the next cell runs.
+                text = out["observations"][0]["content"] if out["observations"] else ""
                 ok = (
                     took < TIMEOUT_S + 2
                     and status in {"ok", "error", "timeout", "crashed"}
                     and nxt["metadata"].get("exec", {}).get("status") == "ok"
+                    and "HIT" not in text  # an escape attempt that got through
                 )
                 with lock:
                     tried[case.name] += 1

@@ -473,6 +473,7 @@ def test_cells_see_only_their_episode_and_no_privilege(workspace_root: Path):
     need(eps.a, "pid_ns", NEED_PID_NS)
     out, _ = eps.attack(
         "import os\nprint('procs', [e for e in os.listdir('/proc') if e.isdigit()])\n"
+        "print('dev', sorted(os.listdir('/dev')))\n"
         "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
         "print('caps', {k: status[k].strip() for k in ('CapEff', 'CapPrm', 'CapBnd', 'CapAmb')})\n"
         "print('nnp', status['NoNewPrivs'].strip(), 'seccomp', status['Seccomp'].strip(),"
@@ -486,6 +487,8 @@ def test_cells_see_only_their_episode_and_no_privilege(workspace_root: Path):
     zero = "0000000000000000"
     assert f"'CapEff': '{zero}', 'CapPrm': '{zero}', 'CapBnd': '{zero}', 'CapAmb': '{zero}'" in text
     assert "nnp 1 seccomp 2" in text
+    devices = text.split("dev ", 1)[1].split("\n", 1)[0]
+    assert not any(f"'{d}'" in devices for d in ("vda", "sda", "mem", "kmsg", "kvm", "loop0")), devices
     if os.geteuid() == 0 and eps.a.kernel.sandbox["uid"] != 0:
         assert "uid 65534" in text  # sandbox.uid: root's cells run unprivileged
     assert "HIT" not in text
