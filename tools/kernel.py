@@ -372,7 +372,8 @@ class Kernel:
                     sandboxing.freeze_forks(self.cgroup)
                 with contextlib.suppress(ProcessLookupError, OSError):
                     signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                _exited(pidfd, CGROUP_KILL_WAIT_S)
+                # No wait: once the init has SIGKILL pending nothing in the namespace runs user
+                # code again, and its teardown (mount and network namespaces) takes tens of ms.
             else:
                 if self.cgroup:
                     # Whatever is left after this bounded wait can no longer fork and is killed

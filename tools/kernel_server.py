@@ -575,6 +575,7 @@ def serve(chan_fd: int, config: dict) -> None:
     sandbox = _load_sandbox()
     sandbox.sweep_cgroups(keep_server_pid=os.getpid())
     server_cgroup = sandbox.server_cgroup(os.getpid())
+    sandbox.SECCOMP_PROGRAM = sandbox.build_seccomp_program()  # once; workers only load it
     cfg = _workable_settings(sandbox, sandbox.settings(config.get("sandbox")))
     failed = _preload(list(config.get("preload", [])))
     ready = {

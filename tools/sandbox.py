@@ -670,9 +670,10 @@ def _errno_action(err: int) -> int:
     return 0x00050000 | (err & 0xFFFF)  # SCMP_ACT_ERRNO
 
 
-def install_seccomp() -> str:
-    """Load the syscall filter (libseccomp over ctypes, no Python dependency: the fork server
-    runs under ``executor.python``). Returns "on", or why it is off."""
+def build_seccomp_program() -> bytes | str:
+    """Build the syscall filter with libseccomp (over ctypes, no Python dependency: the fork
+    server runs under ``executor.python``) and export its BPF program. Done once in the fork
+    server; each worker then only loads the bytes. Returns the program, or why there is none."""
     try:
         lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
     except OSError:
@@ -687,7 +688,7 @@ def install_seccomp() -> str:
         ctypes.c_uint,
         ctypes.POINTER(_ArgCmp),
     ]
-    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
     ctx = lib.seccomp_init(SCMP_ACT_ALLOW)
     if not ctx:
@@ -711,12 +712,48 @@ def install_seccomp() -> str:
         rule("clone3", _errno_action(_ENOSYS))
         # fallocate can reserve blocks past RLIMIT_FSIZE; posix_fallocate falls back to writes.
         rule("fallocate", _errno_action(_EOPNOTSUPP))
-        rc = lib.seccomp_load(ctx)
-        if rc != 0:
-            return f"off (seccomp_load: {os.strerror(-rc)})"
-        return "on"
+        r, w = os.pipe()
+        try:
+            rc = lib.seccomp_export_bpf(ctx, w)
+            os.close(w)
+            w = -1
+            if rc != 0:
+                return f"off (seccomp_export_bpf: {os.strerror(-rc)})"
+            chunks = []
+            while chunk := os.read(r, 1 << 16):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(r)
+            if w >= 0:
+                os.close(w)
+    except OSError as exc:
+        return f"off ({exc})"
     finally:
         lib.seccomp_release(ctx)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+SECCOMP_PROGRAM: bytes | str | None = None  # built once by the fork server, inherited by workers
+
+
+def install_seccomp() -> str:
+    """Load the filter into this process (after ``no_new_privs``); returns "on" or why not."""
+    program = SECCOMP_PROGRAM if SECCOMP_PROGRAM is not None else build_seccomp_program()
+    if isinstance(program, str):
+        return program
+    libc = _libc()
+    if libc is None or not program or len(program) % 8:
+        return "off (no filter program)"
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        return f"off (prctl: {os.strerror(ctypes.get_errno())})"
+    return "on"
 
 
 # ----------------------------------------------------------------------------- apply

@@ -422,8 +422,9 @@ def test_partial_forged_frame_ends_the_cell_on_time(workspace_root: Path):
 
 
 def test_forged_reply_cannot_shift_later_replies(workspace_root: Path):
-    """A cell that forges its own reply (it can read the request's sequence number) gains what
-    a try/except would; the real reply, arriving late, is caught at the next cell."""
+    """A cell that forges its own reply (it can read the request's sequence number) gains at
+    most what a try/except would; the real reply is caught as a violation, with the forged one
+    or at the next cell, and never taken as a later request's reply."""
     eps = Episodes(workspace_root)
     out, _ = eps.attack(
         _FIND_CTRL + "import sys, json\nf = sys._getframe(1)\nwhile 'msg' not in f.f_locals:\n"
@@ -431,8 +432,13 @@ def test_forged_reply_cannot_shift_later_replies(workspace_root: Path):
         "body = json.dumps({'seq': seq, 'status': 'ok'}).encode()\n"
         "ctrl().sendall(len(body).to_bytes(4, 'big') + body)\nraise ValueError('real failure')"
     )
-    assert out["metadata"]["exec"]["status"] in ("ok", "error")
-    eps.finish(next_status="crashed")
+    status = out["metadata"]["exec"]["status"]
+    if status == "crashed":  # the real reply arrived with the forged one: caught right away
+        assert "tampered" in observation(out)
+        eps.finish()
+    else:  # the forged reply was read alone; the real one is caught at the next cell
+        assert status == "ok"
+        eps.finish(next_status="crashed")
 
 
 def test_timer_that_kills_a_stateful_worker_is_the_policys_crash(workspace_root: Path):
