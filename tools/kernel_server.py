@@ -242,7 +242,13 @@ def _restore_signals(baseline: dict) -> None:
 
 
 def _worker_main(
-    conn: socket.socket, out_fd: int, spec: dict, sandbox, own_cgroup: str | None, namespaces: dict
+    conn: socket.socket,
+    out_fd: int,
+    spec: dict,
+    sandbox,
+    own_cgroup: str | None,
+    namespaces: dict,
+    prepared: dict | None = None,
 ) -> None:
     if out_fd <= 2 or conn.fileno() <= 2:
         raise RuntimeError("worker fds collide with stdio")  # _fork_spare keeps 0-2 occupied
@@ -276,7 +282,7 @@ def _worker_main(
     if cpu_backstop:
         resource.setrlimit(resource.RLIMIT_CPU, (int(cpu_backstop), int(cpu_backstop) + 5))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    active = sandbox.apply(spec, own_cgroup, namespaces)
+    active = sandbox.apply(spec, own_cgroup, namespaces, prepared)
     workspace = spec["workspace"]
     os.chdir(workspace)
     stateful = bool(spec.get("stateful"))
@@ -421,7 +427,9 @@ def _fork_spare(stdin_fd: int, sandbox, server_cgroup: str | None, cfg: dict, dr
             _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             # Join a cgroup of its own now, while idle: moving a process between cgroups waits
             # for an RCU grace period (~10 ms), which would otherwise delay the episode start.
-            own_cgroup = sandbox.join_new_cgroup(server_cgroup, os.getpid(), None) if server_cgroup else None
+            # pids.max is set now: the worker's /sys is read-only once its mounts are prepared.
+            limit = cfg.get("max_processes") if cfg.get("cgroup") else None
+            own_cgroup = sandbox.join_new_cgroup(server_cgroup, os.getpid(), limit) if server_cgroup else None
             _close_inherited(theirs, stdin_fd, [ours, *drop])
             namespaces = sandbox.enter_namespaces(cfg)
             if namespaces["pid_ns"]:
@@ -431,11 +439,14 @@ def _fork_spare(stdin_fd: int, sandbox, server_cgroup: str | None, cfg: dict, dr
                     os._exit(0)
             else:
                 theirs.sendall(struct.pack(">I", os.getpid()))
+            prepared = sandbox.prepare(cfg, namespaces)  # while idle: off the episode's start
             spec, fds = recv_msg(theirs, with_fds=True)
             theirs.close()
             if spec is None or len(fds) != 2:
                 os._exit(0)
-            _worker_main(socket.socket(fileno=fds[0]), fds[1], spec, sandbox, own_cgroup, namespaces)
+            _worker_main(
+                socket.socket(fileno=fds[0]), fds[1], spec, sandbox, own_cgroup, namespaces, prepared
+            )
         except BaseException:
             traceback.print_exc()
         finally:
@@ -471,6 +482,8 @@ def _hand_off(
             os.close(fd)
         return spare
     spec["sandbox"] = cfg  # the server's own settings, whatever the request says
+    if isinstance(spec.get("workspace"), str):
+        spec["workspace"] = os.path.realpath(spec["workspace"])  # as the host sees it
     worker = spare.pid()
     if worker is None or not _alive(worker):  # the spare was killed from outside: fork a fresh one
         spare.handoff.close()

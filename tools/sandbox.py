@@ -445,51 +445,83 @@ def _private_mount_namespace(libc) -> bool:
     return True
 
 
-def _readonly_filesystem(workspace: str, tmp_mb: int, pid_ns: bool, keep_root: bool = False) -> str | None:
-    """Make every mount read-only in a private mount namespace except the workspace, give the
-    worker its own empty /tmp and /dev/shm and (in a PID namespace) its own /proc. Needs
-    CAP_SYS_ADMIN: root, or inside the worker's user namespace. Returns a description, or None."""
+_COVERED = ("/tmp", "/dev/shm")
+
+
+def _readonly_filesystem(tmp_mb: int, pid_ns: bool, keep_root: bool = False) -> dict | None:
+    """Make every mount read-only in a private mount namespace, give the worker its own empty
+    /tmp and /dev/shm and (in a PID namespace) its own /proc. Needs CAP_SYS_ADMIN: root, or
+    inside the worker's user namespace. Runs in the spare, before its episode is known; the
+    workspace is bound in later (``_bind_workspace``) through descriptors of the folders the
+    fresh tmpfs covered. Returns those descriptors, or None where no mount namespace is allowed."""
     libc = _libc()
-    workspace = os.path.realpath(workspace)
     if not _private_mount_namespace(libc):
         return None
-    # Opened inside the new namespace, so the fd names this namespace's copy of the mount.
-    ws_fd = os.open(workspace, os.O_PATH | os.O_DIRECTORY)
+    covered: dict[str, int] = {}
+    for point in sorted(set(_mount_points()), key=len):
+        if point == "/proc" or point.startswith("/proc/"):
+            continue  # replaced below by the worker's own /proc
+        with contextlib.suppress(OSError):
+            _mount(libc, None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(point))
+    for private in _COVERED:
+        if os.path.isdir(private):
+            # Opened inside the new namespace, so the fd names this namespace's copy of the mount.
+            covered[private] = os.open(private, os.O_PATH | os.O_DIRECTORY)
+            # The interpreter, its venv and sys.path may live under /tmp (a CI checkout):
+            # keep them visible, read-only, on top of the fresh tmpfs.
+            kept = _paths_under(private)
+            fds = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in kept]
+            try:
+                size = f"size={int(tmp_mb)}m,mode=1777"
+                _mount(libc, "tmpfs", private, "tmpfs", MS_NOSUID | MS_NODEV, size)
+                for path, fd in zip(kept, fds, strict=True):
+                    os.makedirs(path, exist_ok=True)
+                    _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+                    with contextlib.suppress(OSError):
+                        _mount(libc, None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(path))
+            finally:
+                for fd in fds:
+                    os.close(fd)
+    _fresh_proc(libc, pid_ns)
+    if keep_root:
+        _minimal_dev(libc)
+    return covered
+
+
+def _bind_workspace(workspace: str, covered: dict[str, int]) -> None:
+    """The episode's workspace (maybe under a /tmp the tmpfs covered) comes back, writable."""
+    libc = _libc()
+    source = workspace
+    for base, fd in covered.items():
+        if workspace.startswith(base + "/"):
+            source = f"/proc/self/fd/{fd}/{os.path.relpath(workspace, base)}"
+            break
     try:
-        for point in sorted(set(_mount_points()), key=len):
-            if point == "/proc" or point.startswith("/proc/"):
-                continue  # replaced below by the worker's own /proc
-            with contextlib.suppress(OSError):
-                _mount(libc, None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(point))
-        for private in ("/tmp", "/dev/shm"):
-            if os.path.isdir(private):
-                # The interpreter, its venv and sys.path may live under /tmp (a CI checkout):
-                # keep them visible, read-only, on top of the fresh tmpfs.
-                kept = _paths_under(private)
-                fds = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in kept]
-                try:
-                    size = f"size={int(tmp_mb)}m,mode=1777"
-                    _mount(libc, "tmpfs", private, "tmpfs", MS_NOSUID | MS_NODEV, size)
-                    for path, fd in zip(kept, fds, strict=True):
-                        os.makedirs(path, exist_ok=True)
-                        _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-                        with contextlib.suppress(OSError):
-                            _mount(
-                                libc, None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(path)
-                            )
-                finally:
-                    for fd in fds:
-                        os.close(fd)
-        # The workspace (maybe under the /tmp just covered) comes back, writable, by its fd.
         os.makedirs(workspace, exist_ok=True)
-        _mount(libc, f"/proc/self/fd/{ws_fd}", workspace, None, MS_BIND)
+        _mount(libc, source, workspace, None, MS_BIND)
         _mount(libc, None, workspace, None, MS_BIND | MS_REMOUNT | _kept_flags(workspace))
-        _fresh_proc(libc, pid_ns)
-        if keep_root:
-            _minimal_dev(libc)
-        return "readonly"
     finally:
-        os.close(ws_fd)
+        for fd in covered.values():
+            os.close(fd)
+        covered.clear()
+
+
+def prepare(cfg: dict, namespaces: dict) -> dict:
+    """Spare time, before the episode is known: the worker's mount namespace, all but the
+    workspace. Returns what ``apply`` needs to finish it."""
+    uid = int(cfg.get("uid") or 0)
+    keep_root = os.geteuid() == 0 and uid == 0
+    prepared: dict = {"fs": "open", "covered": None}
+    if cfg.get("readonly_fs") and READONLY_FS_WORKS is not False:
+        covered = _readonly_filesystem(cfg.get("tmp_mb") or 512, namespaces["pid_ns"], keep_root)
+        if covered is not None:
+            prepared.update(fs="readonly", covered=covered)
+    elif namespaces["pid_ns"]:
+        libc = _libc()
+        if not _private_mount_namespace(libc):
+            raise OSError("no private mount namespace for the worker's /proc")
+        _fresh_proc(libc, True)
+    return prepared
 
 
 READONLY_FS_WORKS: bool | None = None  # set by the fork server's start-up probe
@@ -759,12 +791,15 @@ def install_seccomp() -> str:
 # ----------------------------------------------------------------------------- apply
 
 
-def apply(spec: dict, own_cgroup: str | None, namespaces: dict | None = None) -> dict:
+def apply(
+    spec: dict, own_cgroup: str | None, namespaces: dict | None = None, prepared: dict | None = None
+) -> dict:
     """Apply the sandbox inside the worker (after setsid, before its first cell).
 
     ``own_cgroup``: the cgroup the worker already joined (None: none could be made). With
     ``sandbox.cgroup`` off the worker stays in it but nothing relies on it (the fallback path).
-    ``namespaces``: what ``enter_namespaces`` entered for this worker. Privileges are dropped
+    ``namespaces``: what ``enter_namespaces`` entered for this worker; ``prepared``: what
+    ``prepare`` set up (None: done here, as the start-up probe does). Privileges are dropped
     and the syscall filter loaded last: the mounts before need them.
     Returns what is in force, reported to the env and recorded with the episode.
     """
@@ -803,17 +838,12 @@ def apply(spec: dict, own_cgroup: str | None, namespaces: dict | None = None) ->
             active["file_size_mb"] = int(file_size_mb)
     workspace = spec.get("workspace")
     uid = int(cfg.get("uid") or 0)
-    keep_root = os.geteuid() == 0 and uid == 0
     try:
-        if cfg.get("readonly_fs") and workspace and READONLY_FS_WORKS is not False:
-            active["fs"] = (
-                _readonly_filesystem(workspace, cfg.get("tmp_mb") or 512, ns["pid_ns"], keep_root) or "open"
-            )
-        elif ns["pid_ns"]:
-            libc = _libc()
-            if not _private_mount_namespace(libc):
-                raise OSError("no private mount namespace for the worker's /proc")
-            _fresh_proc(libc, True)
+        if prepared is None:
+            prepared = prepare(cfg, ns)
+        active["fs"] = prepared["fs"]
+        if prepared["covered"] is not None and workspace:
+            _bind_workspace(os.path.realpath(workspace), prepared["covered"])
     except OSError as exc:
         # Half-applied is unsafe to run in (the workspace may be hidden): give up loudly.
         raise RuntimeError(f"filesystem setup failed: {exc}") from exc
