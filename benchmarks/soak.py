@@ -37,6 +37,7 @@ import tools.sandbox  # noqa: E402
 from deepanalyze_env.records import read_records  # noqa: E402
 from tests.reliability.test_escapes import ESCAPE_CASES  # noqa: E402
 from tests.reliability.test_hostile_cells import CASES as HOSTILE_CASES  # noqa: E402
+from tools.kernel_server import SPARES  # noqa: E402
 
 # Issue 8's hostile cells and issue 17's escape attempts, round robin.
 CASES = HOSTILE_CASES + ESCAPE_CASES
@@ -179,9 +180,9 @@ def main() -> int:
         "final_status": dict(statuses),
         "records_written": written,
         "rewards_lost": args.episodes - statuses.get("scored", 0) + max(0, args.episodes - written),
-        "leaked_processes": max(0, len(spare_and_left) - 1),  # the server keeps one spare worker
+        "leaked_processes": max(0, len(spare_and_left) - SPARES),  # the server keeps spare workers
         "leaked_scratch_dirs": sum(1 for _ in scratch.iterdir()) if scratch.exists() else 0,
-        "leaked_cgroups": max(0, cgroups_left - 1),  # the spare has none until handed out
+        "leaked_cgroups": max(0, cgroups_left - SPARES),  # each spare has its own
         "fds_before": fd0,
         "fds_after": fds(),
         "rss_mb_before": round(rss0, 1),

@@ -43,6 +43,7 @@ import threading
 import traceback
 
 _HEADER = struct.Struct(">I")
+SPARES = 2
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 KERNEL_DISTRIBUTIONS = (
@@ -611,10 +612,13 @@ def serve(chan_fd: int, config: dict) -> None:
     doomed: set[str] = set()  # cgroups of exited workers still to empty and remove
     stdin_fd = sys.stdin.fileno()
     drop = [chan]
-    spare: _Spare | None = _fork_spare(stdin_fd, sandbox, server_cgroup, cfg, drop)
+    # Spares ready to hand out: two, so that episodes starting in quick succession do not wait
+    # for a spare's two forks and mount setup.
+    spares: list[_Spare] = [_fork_spare(stdin_fd, sandbox, server_cgroup, cfg, drop)]
     while True:
         try:
-            readable, _, _ = select.select([chan, stdin_fd, wake_r], [], [], 0.5)
+            wait_s = 0 if len(spares) < SPARES else 0.5
+            readable, _, _ = select.select([chan, stdin_fd, wake_r], [], [], wait_s)
         except InterruptedError:
             continue
         if stdin_fd in readable and not os.read(stdin_fd, 4096):
@@ -622,23 +626,26 @@ def serve(chan_fd: int, config: dict) -> None:
         if wake_r in readable:
             with contextlib.suppress(BlockingIOError, OSError):
                 os.read(wake_r, 4096)
-        if chan in readable and spare is not None:
-            result = _hand_off(chan, spare, workers, stdin_fd, sandbox, server_cgroup, cfg)
+        if chan in readable:
+            if not spares:
+                spares.append(_fork_spare(stdin_fd, sandbox, server_cgroup, cfg, drop))
+            result = _hand_off(chan, spares[0], workers, stdin_fd, sandbox, server_cgroup, cfg)
             if result is False:
                 break
-            spare = result
+            if result is None:
+                spares.pop(0)
         # Housekeeping after the hand-off, off the critical path of episode start.
         if _reap(workers, doomed, chan):
             live = set(workers)
-            if spare is not None:  # its cell-running process is reparented here before hand-off
+            for spare in spares:  # their cell-running process is reparented here before hand-off
                 live.update((spare.forked, spare.pid()))
             _kill_orphans(live)
         for path in list(doomed):
             if sandbox.kill_cgroup(path, timeout_s=0):
                 doomed.discard(path)
-        if spare is None:
-            spare = _fork_spare(stdin_fd, sandbox, server_cgroup, cfg, drop)
-    if spare is not None:
+        if len(spares) < SPARES:
+            spares.append(_fork_spare(stdin_fd, sandbox, server_cgroup, cfg, drop))
+    for spare in spares:
         workers[spare.forked] = None
         if spare.pid(timeout_s=1.0):
             workers[spare.pid()] = spare.cgroup
