@@ -302,7 +302,8 @@ class Kernel:
     that worker — timers, signals, threads and processes a cell left, a fork server it killed
     are all the cell's doing, so the turn is ``crashed``. Only a worker that dies before any
     cell ran in it, or (with a PID namespace) one killed by SIGKILL from outside its namespace
-    — which nothing inside can send — while the host's OOM killer stayed quiet, raises
+    — which nothing inside can send — while the host's OOM killer stayed quiet since the
+    worker started, raises
     ``KernelLost`` (``environment_error``).
     """
 
@@ -359,6 +360,7 @@ class Kernel:
         self.sandbox = dict(hello.get("sandbox") or {})
         self.cgroup = self.sandbox.get("cgroup")
         self._cells_in_worker = 0
+        self._oom_kills = _oom_kills()  # an OOM kill anywhere since then makes a death ambiguous
 
     def _kill(self) -> None:
         """Kill the worker and every process it started, by handle, never by a bare pid that
@@ -435,7 +437,6 @@ class Kernel:
             self.restarts += 1
             return CellResult("crashed", self._idle_death_message(), 0.0, False, "KernelDied")
         self._drain_stale()
-        self._oom_kills = _oom_kills()
         output = CappedOutput(self.max_output_chars)
         start = time.monotonic()
         deadline = start + self.timeout_s
