@@ -122,6 +122,7 @@ def test_policy_cannot_turn_its_worker_death_into_environment_error(
     not (see the README's security model).
     """
     monkeypatch.setitem(tools.sandbox.DEFAULTS, "cgroup", cgroup)
+    monkeypatch.setitem(tools.sandbox.DEFAULTS, "pid_namespace", cgroup)  # no_cgroup: no namespace
     env = make(workspace_root)
     try:
         first = env.step(code(src))

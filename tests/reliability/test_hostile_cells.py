@@ -205,8 +205,10 @@ def test_hostile_cell_is_contained(case: Case, workspace_root: Path):
 def test_hostile_cell_is_contained_without_cgroup(
     case: Case, workspace_root: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """What a normal user without a delegated cgroup gets: process-tree kills + subreaper."""
+    """What a normal user without a delegated cgroup or user namespaces gets: process-tree kills
+    guarded by the worker's pidfd + the fork server as subreaper."""
     monkeypatch.setitem(tools.sandbox.DEFAULTS, "cgroup", False)
+    monkeypatch.setitem(tools.sandbox.DEFAULTS, "pid_namespace", False)
     _contained(case, workspace_root)
 
 
