@@ -1,6 +1,7 @@
 """Soak run (issue 8): many episodes mixing normal and hostile cells, several in flight.
 
-Each episode: a normal cell, maybe a hostile cell (kinds from tests/reliability, round robin),
+Each episode: a normal cell, maybe a hostile cell (kinds from tests/reliability: the hostile
+cells and the sandbox escape attempts, round robin),
 another normal cell, the answer, ``close()`` with a records dir. Reports episodes run, hostile
 cells tried and contained per kind, processes / scratch folders / cgroups left behind, this
 process's open fds and RSS before and after, and rewards lost (an episode whose final status is
@@ -34,7 +35,12 @@ import skyrl_gym  # noqa: E402
 import deepanalyze_env  # noqa: E402, F401  (registers the env id)
 import tools.sandbox  # noqa: E402
 from deepanalyze_env.core.records import read_records  # noqa: E402
-from tests.reliability.test_hostile_cells import CASES  # noqa: E402
+from tests.reliability.test_escapes import ESCAPE_CASES  # noqa: E402
+from tests.reliability.test_hostile_cells import CASES as HOSTILE_CASES  # noqa: E402
+from tools.kernel_server import SPARES  # noqa: E402
+
+# Issue 8's hostile cells and issue 17's escape attempts, round robin.
+CASES = HOSTILE_CASES + ESCAPE_CASES
 
 TIMEOUT_S = 2.0
 NORMAL = "import pandas as pd\ndf = pd.read_csv('sales.csv')\nprint(df.groupby('store').revenue.sum())"
@@ -125,10 +131,12 @@ def main() -> int:
                 nxt = env.step(cell("print('next')"))
                 # Contained: it ended in time as the policy's own failure (under load a slow
                 # memory bomb may time out before it reaches its limit) and the next cell runs.
+                text = out["observations"][0]["content"] if out["observations"] else ""
                 ok = (
                     took < TIMEOUT_S + 2
                     and status in {"ok", "error", "timeout", "crashed"}
                     and nxt["metadata"].get("exec", {}).get("status") == "ok"
+                    and "HIT" not in text  # an escape attempt that got through
                 )
                 with lock:
                     tried[case.name] += 1
@@ -172,9 +180,9 @@ def main() -> int:
         "final_status": dict(statuses),
         "records_written": written,
         "rewards_lost": args.episodes - statuses.get("scored", 0) + max(0, args.episodes - written),
-        "leaked_processes": max(0, len(spare_and_left) - 1),  # the server keeps one spare worker
+        "leaked_processes": max(0, len(spare_and_left) - SPARES),  # the server keeps spare workers
         "leaked_scratch_dirs": sum(1 for _ in scratch.iterdir()) if scratch.exists() else 0,
-        "leaked_cgroups": max(0, cgroups_left - 1),  # the spare has none until handed out
+        "leaked_cgroups": max(0, cgroups_left - SPARES),  # each spare has its own
         "fds_before": fd0,
         "fds_after": fds(),
         "rss_mb_before": round(rss0, 1),

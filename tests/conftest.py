@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import time
 from pathlib import Path
 
@@ -55,6 +56,41 @@ def wait_gone(pid: int, timeout: float = 5.0) -> bool:
             if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
                 return True
         except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def pid_namespace(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def host_pid(inner: int, ns: str | None) -> int | None:
+    """The pid seen here of the process that a cell saw as ``inner`` inside PID namespace ``ns``
+    (the worker's, read before the cell ran); None when no such process is left."""
+    if ns is None or ns == pid_namespace(os.getpid()):
+        return inner if os.path.exists(f"/proc/{inner}") else None
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and pid_namespace(entry) == ns:
+            try:
+                with open(f"/proc/{entry}/status") as fh:
+                    nspid = next(line for line in fh if line.startswith("NSpid:"))
+            except (OSError, StopIteration):
+                continue
+            if int(nspid.split()[-1]) == inner:
+                return int(entry)
+    return None
+
+
+def wait_gone_inside(inner: int, ns: str | None, timeout: float = 5.0) -> bool:
+    """``wait_gone`` for a pid a cell printed (its own namespace's numbering)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid = host_pid(inner, ns)
+        if pid is None or wait_gone(pid, timeout=0.05):
             return True
         time.sleep(0.05)
     return False

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_gone
+from tests.conftest import pid_namespace, wait_gone, wait_gone_inside
 from tools.kernel import Kernel
 
 
@@ -89,13 +89,14 @@ def test_next_cell_works_after_a_timeout(kernel: Kernel):
 
 
 def test_timeout_kills_the_cells_child_processes(kernel: Kernel):
+    ns = pid_namespace(kernel.pid)
     result = kernel.run(
         "import subprocess, time\np = subprocess.Popen(['sleep', '300'])\n"
         "print(p.pid, flush=True)\ntime.sleep(60)"
     )
     assert result.status == "timeout"
     child = int(result.output.split()[0])
-    assert wait_gone(child)
+    assert wait_gone_inside(child, ns)
 
 
 def test_process_death_is_reported_as_crashed(kernel: Kernel):

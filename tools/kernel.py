@@ -12,14 +12,11 @@ import contextlib
 import json
 import logging
 import os
-import re
 import select
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -49,18 +46,43 @@ DEFAULT_PRELOAD = (
     "sqlite3",
 )
 SERVER_START_TIMEOUT_S = 180.0
-# Environment variables the kernel server (and so every cell) does not inherit: the judge's API
-# key and anything else that looks like a credential. (A cell running as the same uid can still
-# read /proc/<pid>/environ of other processes of that uid; see the README's security model.)
-_SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+# What the kernel server (and so every cell) inherits from the trainer's environment: an
+# allowlist, so a credential under any name (the judge's API key, MYSQL_PWD, DATABASE_URL...)
+# stays out of reach of policy code.
+KERNEL_ENV_ALLOWLIST = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TERM",
+        "USER",
+        "LOGNAME",
+        "LD_LIBRARY_PATH",
+        "MPLBACKEND",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "NUMEXPR_MAX_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+        "PYTHONHASHSEED",
+        "SOURCE_DATE_EPOCH",
+    }
+)
 
 
 def kernel_environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not _SECRET_ENV.search(k)}
+    return {k: v for k, v in os.environ.items() if k in KERNEL_ENV_ALLOWLIST or k.startswith("LC_")}
 
 
 SPAWN_TIMEOUT_S = 30.0
 CGROUP_KILL_WAIT_S = 0.5
+MAX_REPLY_BYTES = 64 * 1024  # a cell's reply is a status line; anything bigger is forged
+MAX_HELLO_BYTES = 64 * 1024
+EXIT_REPORT_WAIT_S = 1.0  # how long to wait for the server's report of a dead worker
+DRAIN_LIMIT_S = 0.25  # bound on reading output a cell's leftovers keep writing
 
 
 class KernelError(RuntimeError):
@@ -68,7 +90,11 @@ class KernelError(RuntimeError):
 
 
 class KernelLost(KernelError):
-    """The worker died while idle (between cells): someone else killed it."""
+    """The worker died while idle (between cells), and the env can show the cause was outside."""
+
+
+class ProtocolViolation(Exception):
+    """A reply on the control socket that the worker's code would never send: forged by a cell."""
 
 
 @dataclass(frozen=True)
@@ -84,33 +110,61 @@ class CellResult:
         return self.status == "ok"
 
 
+def _pidfd_pid(pidfd: int) -> int | None:
+    """The pid (in our namespace) a pidfd names, from its fdinfo; None once it has exited."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as fh:
+            for line in fh:
+                if line.startswith("Pid:"):
+                    pid = int(line.split()[1])
+                    return pid if pid > 0 else None
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _exited(pidfd: int, wait_s: float = 0.0) -> bool:
+    readable, _, _ = select.select([pidfd], [], [], wait_s)
+    return bool(readable)
+
+
 class KernelServer:
-    """One fork server process; shared by every episode of this process with the same settings."""
+    """One fork server process; shared by every episode of this process with the same settings.
+
+    The server is reachable only through a socket pair it inherits (``pass_fds``): nothing a
+    cell can see in the filesystem or in ``/proc`` lets it ask for a worker.
+    """
 
     _instances: dict[tuple, KernelServer] = {}
     _lock = threading.Lock()
 
-    def __init__(self, python: str, preload: tuple[str, ...]):
+    def __init__(self, python: str, preload: tuple[str, ...], sandbox: dict | None = None):
         self.python = python
         self.preload = preload
-        self._dir = tempfile.mkdtemp(prefix="deepanalyze-kernel-")
-        self.socket_path = os.path.join(self._dir, "server.sock")
+        self.sandbox = sandboxing.settings(sandbox)
+        self._chan_lock = threading.Lock()
+        self._exits: dict[int, int] = {}
+        self._chan, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         server_script = Path(__file__).with_name("kernel_server.py")
-        cfg = json.dumps({"preload": list(preload)})
+        cfg = json.dumps({"preload": list(preload), "sandbox": self.sandbox})
         try:
             self.proc = subprocess.Popen(
-                [python, "-I", str(server_script), self.socket_path, cfg],
+                [python, "-I", str(server_script), str(theirs.fileno()), cfg],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 close_fds=True,
+                pass_fds=(theirs.fileno(),),
                 env=kernel_environment(),
             )
         except OSError as exc:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            self._chan.close()
             raise KernelError(f"cannot start kernel interpreter {python!r}: {exc}") from exc
+        finally:
+            theirs.close()
         ready = self._read_ready()
         self.versions: dict[str, str] = ready.get("versions", {})
         self.failed_preloads: dict[str, str] = ready.get("failed_preloads", {})
+        self.effective_sandbox: dict = ready.get("sandbox", {})
         for name, why in self.failed_preloads.items():
             log.warning("kernel preload %s failed under %s: %s", name, python, why)
 
@@ -129,8 +183,14 @@ class KernelServer:
         return json.loads(line)
 
     @classmethod
-    def get(cls, python: str | None, preload: tuple[str, ...] | None) -> KernelServer:
-        key = (python or sys.executable, tuple(DEFAULT_PRELOAD if preload is None else preload), os.getpid())
+    def get(cls, python: str | None, preload: tuple[str, ...] | None, sandbox=None) -> KernelServer:
+        settings = sandboxing.settings(sandbox)
+        key = (
+            python or sys.executable,
+            tuple(DEFAULT_PRELOAD if preload is None else preload),
+            json.dumps(settings, sort_keys=True),
+            os.getpid(),
+        )
         with cls._lock:
             server = cls._instances.get(key)
             if server is None or not server.alive():
@@ -139,53 +199,82 @@ class KernelServer:
                         "kernel server %s died (exit %s); restarting", server.proc.pid, server.proc.poll()
                     )
                     server.shutdown()
-                server = cls(key[0], key[1])
+                server = cls(key[0], key[1], settings)
                 cls._instances[key] = server
             return server
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def spawn(
-        self,
-        workspace: str,
-        memory_mb: int | None,
-        stateful: bool,
-        cpu_backstop_s: int | None,
-        sandbox: dict | None = None,
-    ):
-        """Fork a worker; returns (control socket, output read fd, hello) — hello has its pid
-        and the sandbox protections in force."""
+    def _drain_reports(self) -> None:
+        """Read the server's exit reports (non-blocking); caller holds ``_chan_lock``."""
+        while True:
+            try:
+                data = self._chan.recv(4096, socket.MSG_DONTWAIT)
+            except (BlockingIOError, OSError):
+                return
+            if not data:
+                return
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                report = json.loads(data)
+                self._exits[int(report["exit"])] = int(report["status"])
+                if len(self._exits) > 4096:  # reports nobody asked for: keep the newest
+                    for old in list(self._exits)[:2048]:
+                        del self._exits[old]
+
+    def exit_status(self, pid: int, wait_s: float = EXIT_REPORT_WAIT_S) -> int | None:
+        """The wait status the server reaped ``pid`` with, or None if not reported in time."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self._chan_lock:
+                self._drain_reports()
+                if pid in self._exits:
+                    return self._exits.pop(pid)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self.alive():
+                return None
+            select.select([self._chan], [], [], min(remaining, 0.05))
+
+    def spawn(self, workspace: str, memory_mb: int | None, stateful: bool, cpu_backstop_s: int | None):
+        """Fork a worker; returns (control socket, output read fd, hello, pidfd) — hello has the
+        sandbox protections in force; the pidfd is how the worker is killed, never its pid."""
         out_r, out_w = os.pipe()
-        ctrl = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        spec = {
+            "op": "spawn",
+            "workspace": workspace,
+            "memory_mb": memory_mb,
+            "stateful": stateful,
+            "cpu_backstop_s": cpu_backstop_s,
+        }
+        fds: list[int] = []
         try:
-            ctrl.settimeout(SPAWN_TIMEOUT_S)
-            ctrl.connect(self.socket_path)
-            spec = {
-                "op": "spawn",
-                "workspace": workspace,
-                "memory_mb": memory_mb,
-                "stateful": stateful,
-                "cpu_backstop_s": cpu_backstop_s,
-                "sandbox": sandbox or {},
-            }
-            wire.send_msg(ctrl, spec, [out_w])
+            with self._chan_lock:
+                self._drain_reports()
+                socket.send_fds(self._chan, [json.dumps(spec).encode()], [theirs.fileno(), out_w])
+            theirs.close()
             os.close(out_w)
             out_w = -1
-            hello = wire.recv_msg(ctrl)
+            ctrl.settimeout(SPAWN_TIMEOUT_S)
+            hello, fds = wire.recv_msg(ctrl, with_fds=True, max_bytes=MAX_HELLO_BYTES)
         except (OSError, ValueError) as exc:
+            theirs.close()
             ctrl.close()
             os.close(out_r)
             if out_w >= 0:
                 os.close(out_w)
+            for fd in fds:
+                os.close(fd)
             raise KernelError(f"kernel server did not fork a worker: {exc}") from exc
-        if not hello or "pid" not in hello:
+        if not hello or not hello.get("hello") or len(fds) != 1:
             ctrl.close()
             os.close(out_r)
+            for fd in fds:
+                os.close(fd)
             raise KernelError("kernel worker exited before it was ready")
-        ctrl.settimeout(None)
+        ctrl.setblocking(False)
         os.set_blocking(out_r, False)
-        return ctrl, out_r, hello
+        return ctrl, out_r, hello, fds[0]
 
     def shutdown(self) -> None:
         with contextlib.suppress(Exception):
@@ -195,7 +284,8 @@ class KernelServer:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self._chan.close()
 
     @classmethod
     def shutdown_all(cls) -> None:
@@ -206,7 +296,16 @@ class KernelServer:
 
 
 class Kernel:
-    """One episode's worker: run cells, enforce the wall-clock limit, restart after a kill."""
+    """One episode's worker: run cells, enforce the wall-clock limit, restart after a kill.
+
+    Attribution (who is to blame when the worker dies): the policy, whenever a cell has run in
+    that worker — timers, signals, threads and processes a cell left, a fork server it killed
+    are all the cell's doing, so the turn is ``crashed``. Only a worker that dies before any
+    cell ran in it, or (with a PID namespace) one killed by SIGKILL from outside its namespace
+    — which nothing inside can send — while the host's OOM killer stayed quiet since the
+    worker started, raises
+    ``KernelLost`` (``environment_error``).
+    """
 
     def __init__(
         self,
@@ -234,12 +333,17 @@ class Kernel:
         self.sandbox_settings = sandboxing.settings(sandbox)
         self.sandbox: dict = {}  # protections in force in the current worker (from its hello)
         self.cgroup: str | None = None
-        self.server = KernelServer.get(python, preload)
+        self.server = KernelServer.get(python, preload, self.sandbox_settings)
         self._ctrl: socket.socket | None = None
         self._out: int = -1
+        self._pidfd: int = -1
         self.pid: int | None = None
         self.restarts = 0
         self.recycled = 0
+        self.violations = 0
+        self._seq = 0
+        self._cells_in_worker = 0
+        self._oom_kills = 0
         self._start()
 
     @property
@@ -248,46 +352,77 @@ class Kernel:
 
     def _start(self) -> None:
         if not self.server.alive():
-            self.server = KernelServer.get(self.server.python, self.server.preload)
-        self._ctrl, self._out, hello = self.server.spawn(
-            self.workspace, self.memory_mb, self.stateful, self.cpu_backstop_s, self.sandbox_settings
+            self.server = KernelServer.get(self.server.python, self.server.preload, self.sandbox_settings)
+        self._ctrl, self._out, hello, self._pidfd = self.server.spawn(
+            self.workspace, self.memory_mb, self.stateful, self.cpu_backstop_s
         )
-        self.pid = int(hello["pid"])
+        self.pid = _pidfd_pid(self._pidfd) or int(hello.get("pid") or 0) or None
         self.sandbox = dict(hello.get("sandbox") or {})
         self.cgroup = self.sandbox.get("cgroup")
+        self._cells_in_worker = 0
+        self._oom_kills = _oom_kills()  # an OOM kill anywhere since then makes a death ambiguous
 
     def _kill(self) -> None:
-        """Kill the worker and every process it started, wherever they moved (new sessions)."""
-        if self.pid is not None:
-            if self.cgroup:
-                # Whatever is left after this bounded wait can no longer fork and is killed for
-                # good by the fork server when it reaps the worker.
-                sandboxing.kill_cgroup(self.cgroup, timeout_s=CGROUP_KILL_WAIT_S)
+        """Kill the worker and every process it started, by handle, never by a bare pid that
+        may have been reused: with a PID namespace, SIGKILL to its init (by pidfd) makes the
+        kernel kill the whole namespace; otherwise the cgroup, or the tree found under the
+        stopped worker while its pidfd shows it has not exited."""
+        pidfd = self._pidfd
+        if pidfd >= 0:
+            if self.sandbox.get("pid_ns"):
+                if self.cgroup:  # no new process from now on: a fork bomb stops growing
+                    sandboxing.freeze_forks(self.cgroup)
+                with contextlib.suppress(ProcessLookupError, OSError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                # No wait: once the init has SIGKILL pending nothing in the namespace runs user
+                # code again, and its teardown (mount and network namespaces) takes tens of ms.
             else:
-                sandboxing.kill_tree(self.pid)
-            for kill in (os.killpg, os.kill):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    kill(self.pid, signal.SIGKILL)
+                if self.cgroup:
+                    # Whatever is left after this bounded wait can no longer fork and is killed
+                    # for good by the fork server when it reaps the worker.
+                    sandboxing.kill_cgroup(self.cgroup, timeout_s=CGROUP_KILL_WAIT_S)
+                elif self.pid is not None:
+                    sandboxing.kill_tree_by_pidfd(pidfd, self.pid)
+                with contextlib.suppress(ProcessLookupError, OSError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            os.close(pidfd)
         if self._ctrl is not None:
             self._ctrl.close()
         if self._out >= 0:
             os.close(self._out)
-        self._ctrl, self._out, self.pid, self.cgroup = None, -1, None, None
+        self._ctrl, self._out, self._pidfd, self.pid, self.cgroup = None, -1, -1, None, None
 
     def _died_while_idle(self) -> bool:
         assert self._ctrl is not None
+        if self._pidfd >= 0 and _exited(self._pidfd):
+            return True
         readable, _, _ = select.select([self._ctrl], [], [], 0)
         if not readable:
             return False
         try:
             return self._ctrl.recv(1, socket.MSG_PEEK) == b""
+        except BlockingIOError:
+            return False
         except OSError:
             return True
 
+    def _killed_from_outside(self) -> bool:
+        """Can the env show that a dead worker's death came from outside the episode?"""
+        if self._cells_in_worker == 0:
+            return True  # no policy code ever ran in it
+        if not self.sandbox.get("pid_ns") or self.pid is None:
+            return False
+        status = self.server.exit_status(self.pid)
+        if status is None or not os.WIFSIGNALED(status) or os.WTERMSIG(status) != signal.SIGKILL:
+            return False
+        # Inside its namespace nothing can SIGKILL the init; the kernel can (OOM killer).
+        return _oom_kills() == self._oom_kills
+
     def _drain_stale(self) -> None:
         """Drop output written between cells (background threads of an earlier cell)."""
+        deadline = time.monotonic() + DRAIN_LIMIT_S
         with contextlib.suppress(BlockingIOError, OSError):
-            while os.read(self._out, 1 << 16):
+            while os.read(self._out, 1 << 16) and time.monotonic() < deadline:
                 pass
 
     def run(self, code: str) -> CellResult:
@@ -295,20 +430,32 @@ class Kernel:
         if self._ctrl is None:
             self._start()  # after a timeout or crash (already reported in that cell's output)
         elif self._died_while_idle():
+            outside = self._killed_from_outside()
             self._kill()
-            raise KernelLost("the kernel worker died between cells (killed from outside)")
+            if outside:
+                raise KernelLost("the kernel worker died between cells (killed from outside)")
+            self.restarts += 1
+            return CellResult("crashed", self._idle_death_message(), 0.0, False, "KernelDied")
         self._drain_stale()
         output = CappedOutput(self.max_output_chars)
         start = time.monotonic()
         deadline = start + self.timeout_s
+        self._seq += 1
+        self._cells_in_worker += 1
         try:
-            wire.send_msg(self._ctrl, {"op": "cell", "code": code})
-        except OSError as exc:
+            self._ctrl.setblocking(True)
+            wire.send_msg(self._ctrl, {"op": "cell", "seq": self._seq, "code": code})
+            self._ctrl.setblocking(False)
+        except OSError:
+            # The worker is gone or stopped reading: whatever an earlier cell did, its doing.
             self._kill()
-            raise KernelLost(f"the kernel worker could not receive the cell: {exc}") from exc
+            self.restarts += 1
+            return CellResult("crashed", self._idle_death_message(), 0.0, False, "KernelDied")
         watch = [self._ctrl, self._out]
         reply = None
         status = None
+        violation = None
+        pending = bytearray()
         while status is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -326,12 +473,26 @@ class Kernel:
                     watch.remove(self._out)  # every writer closed; keep waiting on the reply
             if self._ctrl in readable:
                 try:
-                    reply = wire.recv_msg(self._ctrl)
-                except (OSError, ValueError):
-                    reply = None
-                status = "crashed" if reply is None else reply.get("status", "error")
+                    data = self._ctrl.recv(MAX_REPLY_BYTES + 8)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    status = "crashed"
+                    break
+                pending += data
+                try:
+                    reply = self._parse_reply(pending)
+                except ProtocolViolation as exc:
+                    violation, status = str(exc), "crashed"
+                    break
+                if reply is not None:
+                    status = reply["status"]
         elapsed_ms = (time.monotonic() - start) * 1000.0
         self._drain_into(output)
+        if violation is not None:
+            self.violations += 1
         if status not in ("ok", "error"):
             self._kill()
             self.restarts += 1
@@ -343,20 +504,46 @@ class Kernel:
         text = output.text()
         if status == "timeout":
             text = _join(text, self._timeout_message())
+        elif violation is not None:
+            text = _join(text, self._violation_message(violation))
         elif status == "crashed":
             text = _join(text, self._crash_message())
+        error_type = reply.get("error_type") if reply else None
         return CellResult(
             status=status,
             output=text,
             elapsed_ms=elapsed_ms,
             truncated=output.truncated,
-            error_type=reply.get("error_type") if reply else None,
+            error_type=error_type if isinstance(error_type, str) else None,
         )
+
+    def _parse_reply(self, pending: bytearray) -> dict | None:
+        """One reply frame from ``pending``, None while incomplete. Anything but exactly one
+        well-formed frame for the current request is a violation: bytes a cell wrote itself."""
+        if len(pending) < 4:
+            return None
+        length = int.from_bytes(pending[:4], "big")
+        if length > MAX_REPLY_BYTES:
+            raise ProtocolViolation(f"a reply frame announced {length} bytes (cap {MAX_REPLY_BYTES})")
+        if len(pending) < 4 + length:
+            return None
+        if len(pending) > 4 + length:
+            raise ProtocolViolation("bytes after the reply frame")
+        try:
+            reply = json.loads(bytes(pending[4:]).decode("utf-8"))
+        except ValueError as exc:
+            raise ProtocolViolation("a reply frame that is not JSON") from exc
+        if not isinstance(reply, dict) or reply.get("seq") != self._seq:
+            raise ProtocolViolation("a reply frame for another request")
+        if reply.get("status") not in ("ok", "error"):
+            raise ProtocolViolation("a reply frame with an unknown status")
+        return reply
 
     def _drain_into(self, output: CappedOutput) -> None:
         if self._out < 0:
             return
-        while True:
+        deadline = time.monotonic() + DRAIN_LIMIT_S
+        while time.monotonic() < deadline:
             try:
                 chunk = os.read(self._out, 1 << 16)
             except OSError:  # EAGAIN: nothing more buffered
@@ -387,8 +574,34 @@ class Kernel:
             msg += " The kernel was restarted: variables from earlier cells are lost."
         return msg
 
+    def _idle_death_message(self) -> str:
+        if self.crash_template is not None:
+            return self.crash_template
+        return (
+            "[Error]:\nKernelDied: the kernel died after the previous cell (a timer, signal, thread "
+            "or process that cell left behind); this cell did not run. The kernel was restarted."
+        )
+
+    def _violation_message(self, why: str) -> str:
+        return (
+            f"[Error]:\nKernelDied: the kernel's reply channel was tampered with ({why}); the "
+            "kernel was restarted."
+        )
+
     def close(self) -> None:
         self._kill()
+
+
+def _oom_kills() -> int:
+    """The host's OOM-kill counter: a worker SIGKILLed while it moved was maybe the kernel's doing."""
+    try:
+        with open("/proc/vmstat", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return 0
+    return 0
 
 
 def _join(head: str, tail: str) -> str:

@@ -7,19 +7,25 @@ Why a fork server: a fresh interpreter per cell costs ~400 ms and ``spawn`` per 
 forking a worker from a parent that already imported pandas/sklearn costs ~15 ms once per
 episode, after which each cell is a pipe round-trip to a live process.
 
-Protocol (AF_UNIX stream socket, every message = 4-byte big-endian length + JSON):
-- the env connects and sends ``{"op": "spawn", ...}`` with the write end of its output pipe
-  attached (SCM_RIGHTS); the server hands both to a worker it forked in advance, which keeps the
-  connection as its control channel, replies ``{"pid": ...}`` and then answers
-  ``{"op": "cell", "code": ...}`` requests with ``{"status": "ok"|"error", ...}`` after the
-  cell's output went into the pipe.
-- the server exits (killing its workers) when its stdin reaches EOF, i.e. when the process that
-  started it is gone, whichever thread started it.
+Protocol. The server talks only to the process that started it, over an inherited
+``SOCK_SEQPACKET`` socket pair (no socket path a cell could connect to):
+- the env sends ``{"op": "spawn", "workspace", "memory_mb", "stateful", "cpu_backstop_s"}`` with
+  two descriptors attached (SCM_RIGHTS): its end of a fresh per-episode socket pair and the
+  write end of the episode's output pipe. The server hands both to a worker forked in advance,
+  which sends ``{"hello": true, "pid": ..., "sandbox": {...}}`` with a pidfd of itself on the
+  episode's socket and then answers ``{"op": "cell", "seq": n, "code": ...}`` with
+  ``{"seq": n, "status": "ok"|"error", ...}`` after the cell's output went into the pipe.
+  The sandbox settings are the server's own, fixed at its start; a request cannot change them.
+- the server reports each reaped worker as ``{"exit": pid, "status": waitstatus}`` on the pair.
+- the server exits (killing its workers) when the pair or its stdin reaches EOF, i.e. when the
+  process that started it is gone, whichever thread started it.
+Every message on a stream socket is a 4-byte big-endian length + JSON.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import ctypes
 import gc
 import importlib
@@ -37,6 +43,7 @@ import threading
 import traceback
 
 _HEADER = struct.Struct(">I")
+SPARES = 2
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 KERNEL_DISTRIBUTIONS = (
@@ -81,8 +88,13 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def recv_msg(sock: socket.socket, with_fds: bool = False):
-    """Returns the decoded message (and received fds when asked), or None on EOF."""
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # a cell request (code) may be large; replies are tiny
+
+
+def recv_msg(sock: socket.socket, with_fds: bool = False, max_bytes: int = MAX_MESSAGE_BYTES):
+    """Returns the decoded message (and received fds when asked), or None on EOF.
+
+    Raises ValueError for a length over ``max_bytes`` or a body that is not JSON."""
     fds: list[int] = []
     if with_fds:
         head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, 4)
@@ -98,6 +110,10 @@ def recv_msg(sock: socket.socket, with_fds: bool = False):
         if head is None:
             return None
     (length,) = _HEADER.unpack(head)
+    if length > max_bytes:
+        for fd in fds:
+            os.close(fd)
+        raise ValueError(f"message of {length} bytes exceeds the {max_bytes}-byte cap")
     body = _recv_exact(sock, length)
     msg = None if body is None else json.loads(body.decode("utf-8"))
     return (msg, fds) if with_fds else msg
@@ -168,10 +184,23 @@ def _load_sandbox():
     return module
 
 
-def _leftovers(cgroup: str | None, sandbox) -> bool:
+def _leftovers(cgroup: str | None, sandbox, pid_ns: bool) -> bool:
     """True when the cell left threads or processes running after it returned."""
     if threading.active_count() > 1:
         return True
+    if pid_ns:
+        # The worker is its namespace's init: orphans of the cell end up as its children.
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        try:
+            return any(e.isdigit() and e != "1" for e in os.listdir("/proc"))
+        except OSError:
+            return True
     if cgroup:
         return len(sandbox.cgroup_pids(cgroup)) > 1
     pid = os.getpid()
@@ -182,11 +211,52 @@ def _leftovers(cgroup: str | None, sandbox) -> bool:
         return False
 
 
-def _worker_main(conn: socket.socket, out_fd: int, spec: dict, sandbox, own_cgroup: str | None) -> None:
+_TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+_SIGNALS = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
+
+
+def _signal_baseline() -> dict:
+    found = {}
+    for sig in _SIGNALS:
+        try:
+            found[sig] = signal.getsignal(sig)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _restore_signals(baseline: dict) -> None:
+    """Undo what a cell did to signal delivery: timers (``signal.alarm``), handlers, the mask.
+
+    A timer or handler left by one cell would otherwise fire between cells and end the worker
+    while it waits for the next one."""
+    signal.alarm(0)
+    for timer in _TIMERS:
+        signal.setitimer(timer, 0)
+    for sig, handler in baseline.items():
+        if signal.getsignal(sig) is not handler:
+            try:
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            except (OSError, ValueError, TypeError):
+                continue
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def _worker_main(
+    conn: socket.socket,
+    out_fd: int,
+    spec: dict,
+    sandbox,
+    own_cgroup: str | None,
+    namespaces: dict,
+    prepared: dict | None = None,
+) -> None:
     if out_fd <= 2 or conn.fileno() <= 2:
         raise RuntimeError("worker fds collide with stdio")  # _fork_spare keeps 0-2 occupied
-    os.setsid()  # own process group: the env kills the whole tree with one killpg
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.setsid()  # own process group and session
+    # Not tied to the fork server's life: a worker serves its episode even if the server dies
+    # (whoever killed it); the env kills workers by pidfd.
+    _prctl(_PR_SET_PDEATHSIG, 0)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -213,13 +283,17 @@ def _worker_main(conn: socket.socket, out_fd: int, spec: dict, sandbox, own_cgro
     if cpu_backstop:
         resource.setrlimit(resource.RLIMIT_CPU, (int(cpu_backstop), int(cpu_backstop) + 5))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    active = sandbox.apply(spec, own_cgroup)
+    active = sandbox.apply(spec, own_cgroup, namespaces, prepared)
     workspace = spec["workspace"]
     os.chdir(workspace)
     stateful = bool(spec.get("stateful"))
     persistent: dict = {"__name__": "__main__", "__builtins__": builtins}
     me = os.getpid()
-    send_msg(conn, {"pid": me, "sandbox": active})
+    handlers = _signal_baseline()
+    pidfd = os.pidfd_open(me) if hasattr(os, "pidfd_open") else -1
+    send_msg(conn, {"hello": True, "pid": me, "sandbox": active}, [pidfd] if pidfd >= 0 else None)
+    if pidfd >= 0:
+        os.close(pidfd)
     while True:
         msg = recv_msg(conn)
         if msg is None or msg.get("op") != "cell":
@@ -234,8 +308,9 @@ def _worker_main(conn: socket.socket, out_fd: int, spec: dict, sandbox, own_cgro
             sys.stderr.flush()
         except Exception:
             pass
-        reply = {"status": status, "error_type": error_type}
-        if _leftovers(active["cgroup"], sandbox):
+        _restore_signals(handlers)
+        reply = {"seq": msg.get("seq"), "status": status, "error_type": (error_type or "")[:200] or None}
+        if _leftovers(active["cgroup"], sandbox, active.get("pid_ns", False)):
             reply["leftovers"] = True
         send_msg(conn, reply)
 
@@ -271,8 +346,11 @@ def _versions() -> dict[str, str]:
     return found
 
 
-def _kill_orphans(live_workers: set[int]) -> None:
-    """Kill processes reparented to this server (it is their subreaper) whose worker is gone."""
+def _kill_orphans(live_workers) -> None:
+    """Kill processes reparented to this server (it is their subreaper) whose worker is gone.
+
+    Only orphans of workers without a PID namespace land here (inside one, the worker is the
+    reaper); they are this server's children, so their pids cannot be reused until it reaps."""
     me = os.getpid()
     try:
         entries = os.listdir("/proc")
@@ -297,146 +375,286 @@ def _kill_orphans(live_workers: set[int]) -> None:
                 pass
 
 
-def _reap(workers: set[int], sandbox, server_cgroup: str | None, doomed: set[str]) -> bool:
-    reaped = False
-    while True:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return reaped
-        if pid == 0:
-            return reaped
-        if pid in workers and server_cgroup:  # whatever the worker left in its cgroup goes too
-            doomed.add(os.path.join(server_cgroup, f"w{pid}"))
-        workers.discard(pid)
-        reaped = True
+class _Spare:
+    """A worker forked in advance: ``pid`` is the process that will run cells (the init of its
+    PID namespace, or the forked process itself where there is none)."""
+
+    def __init__(self, forked: int, handoff: socket.socket, cgroup: str | None):
+        self.forked = forked
+        self.handoff = handoff
+        self.cgroup = cgroup
+        self._pid: int | None = None
+
+    def pid(self, timeout_s: float = 10.0) -> int | None:
+        if self._pid is None:
+            self.handoff.settimeout(timeout_s)
+            try:
+                raw = _recv_exact(self.handoff, 4)
+            except OSError:
+                raw = None
+            self.handoff.settimeout(None)
+            self._pid = struct.unpack(">I", raw)[0] if raw else -1
+        return self._pid if self._pid > 0 else None
 
 
-def _fork_spare(
-    listener: socket.socket, stdin_fd: int, sandbox=None, server_cgroup: str | None = None
-) -> tuple[int, socket.socket]:
+def _close_inherited(keep: socket.socket, stdin_fd: int, drop: list) -> None:
+    """In a fresh spare: 0 and 1 become /dev/null, every descriptor but ``keep`` and stderr is
+    closed (the server's channel to the env, other workers' hand-off sockets, pipes)."""
+    for obj in drop:
+        if obj is not None:
+            obj.detach()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, stdin_fd)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    fd = keep.fileno()
+    os.closerange(3, fd)
+    os.closerange(fd + 1, 1 << 16)
+
+
+def _fork_spare(stdin_fd: int, sandbox, server_cgroup: str | None, cfg: dict, drop: list) -> _Spare:
     """Fork a worker in advance; it waits for its episode (spec, control socket, output fd).
 
     Forking a parent that maps the whole preloaded stack costs 10-30 ms (page tables), so the
-    server keeps one spare ready and an episode start only hands it the connection.
+    server keeps one spare ready and an episode start only hands it the connection. With a PID
+    namespace the spare forks once more (the namespace's init runs the cells) and exits.
     """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     pid = os.fork()
     if pid == 0:
         try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             # Join a cgroup of its own now, while idle: moving a process between cgroups waits
             # for an RCU grace period (~10 ms), which would otherwise delay the episode start.
-            own_cgroup = sandbox.join_new_cgroup(server_cgroup, os.getpid(), None) if server_cgroup else None
-            listener.close()
-            # Keep fd 0 occupied (by /dev/null) so received fds never land on 0-2.
-            devnull = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(devnull, stdin_fd)
-            os.close(devnull)
-            ours.close()
+            # pids.max is set now: the worker's /sys is read-only once its mounts are prepared.
+            limit = cfg.get("max_processes") if cfg.get("cgroup") else None
+            own_cgroup = sandbox.join_new_cgroup(server_cgroup, os.getpid(), limit) if server_cgroup else None
+            _close_inherited(theirs, stdin_fd, [ours, *drop])
+            namespaces = sandbox.enter_namespaces(cfg)
+            if namespaces["pid_ns"]:
+                child = os.fork()
+                if child:
+                    theirs.sendall(struct.pack(">I", child))
+                    os._exit(0)
+            else:
+                theirs.sendall(struct.pack(">I", os.getpid()))
+            prepared = sandbox.prepare(cfg, namespaces)  # while idle: off the episode's start
             spec, fds = recv_msg(theirs, with_fds=True)
             theirs.close()
             if spec is None or len(fds) != 2:
                 os._exit(0)
-            _worker_main(socket.socket(fileno=fds[0]), fds[1], spec, sandbox, own_cgroup)
+            _worker_main(
+                socket.socket(fileno=fds[0]), fds[1], spec, sandbox, own_cgroup, namespaces, prepared
+            )
         except BaseException:
             traceback.print_exc()
         finally:
             os._exit(70)
     theirs.close()
-    return pid, ours
+    cgroup = os.path.join(server_cgroup, f"w{pid}") if server_cgroup else None
+    return _Spare(pid, ours, cgroup)
 
 
 def _hand_off(
-    listener: socket.socket,
-    spare: tuple[int, socket.socket],
-    workers: set[int],
+    chan: socket.socket,
+    spare: _Spare,
+    workers: dict[int, str | None],
     stdin_fd: int,
-    sandbox=None,
-    server_cgroup: str | None = None,
-) -> tuple[int, socket.socket] | None:
-    """Give one spawn request to the spare worker; returns the spare still unused, or None."""
-    conn, _ = listener.accept()
+    sandbox,
+    server_cgroup: str | None,
+    cfg: dict,
+) -> _Spare | bool | None:
+    """Serve one message from the env; returns the spare still unused, None once it was handed
+    out, or False when the env is gone."""
     try:
-        spec, fds = recv_msg(conn, with_fds=True)
-    except (OSError, ValueError):
-        conn.close()
+        data, fds, _flags, _addr = socket.recv_fds(chan, 1 << 16, 2)
+    except OSError:
         return spare
-    if spec is None or spec.get("op") != "spawn" or len(fds) != 1:
+    if not data:
+        return False
+    try:
+        spec = json.loads(data.decode("utf-8"))
+    except ValueError:
+        spec = None
+    if not isinstance(spec, dict) or spec.get("op") != "spawn" or len(fds) != 2:
         for fd in fds:
             os.close(fd)
-        conn.close()
         return spare
-    spare_pid, handoff = spare
-    if not _alive_child(spare_pid):  # the spare was killed from outside: fork a fresh one
-        workers.discard(spare_pid)
-        handoff.close()
-        spare_pid, handoff = _fork_spare(listener, stdin_fd, sandbox, server_cgroup)
-        workers.add(spare_pid)
+    spec["sandbox"] = cfg  # the server's own settings, whatever the request says
+    if isinstance(spec.get("workspace"), str):
+        spec["workspace"] = os.path.realpath(spec["workspace"])  # as the host sees it
+    worker = spare.pid()
+    if worker is None or not _alive(worker):  # the spare was killed from outside: fork a fresh one
+        spare.handoff.close()
+        spare = _fork_spare(stdin_fd, sandbox, server_cgroup, cfg, [chan])
+        worker = spare.pid()
+    if worker is not None:
+        workers[worker] = spare.cgroup
     try:
-        send_msg(handoff, spec, [conn.fileno(), fds[0]])
+        send_msg(spare.handoff, spec, fds)
     except OSError:
-        pass  # the env sees its connection close without a hello and reports it
-    handoff.close()
-    conn.close()
-    os.close(fds[0])
+        pass  # the env sees its socket close without a hello and reports it
+    spare.handoff.close()
+    for fd in fds:
+        os.close(fd)
     return None
 
 
-def _alive_child(pid: int) -> bool:
+def _alive(pid: int) -> bool:
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
+    except ChildProcessError:  # not (yet) ours: the spare's first process has not exited
+        return os.path.exists(f"/proc/{pid}")
     return done == 0
 
 
-def serve(sock_path: str, config: dict) -> None:
+def _reap(workers: dict[int, str | None], doomed: set[str], chan: socket.socket) -> bool:
+    reaped = False
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped
+        if pid == 0:
+            return reaped
+        if pid in workers:
+            cgroup = workers.pop(pid)
+            if cgroup:  # whatever the worker left in its cgroup goes too
+                doomed.add(cgroup)
+            try:
+                chan.send(json.dumps({"exit": pid, "status": status}).encode(), socket.MSG_DONTWAIT)
+            except OSError:
+                pass
+        reaped = True
+
+
+def _probe(sandbox, cfg: dict) -> bool:
+    """Set a worker up in a throwaway child exactly as an episode would (namespaces, mounts,
+    privileges, filter) and check that it can write its workspace; the server degrades its
+    settings where this fails (an LSM, seccomp or a kernel that refuses some step)."""
+    import shutil
+    import tempfile
+
+    probe = tempfile.mkdtemp(prefix="deepanalyze-fsprobe-")
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                namespaces = sandbox.enter_namespaces(cfg)
+                if namespaces["pid_ns"]:
+                    child = os.fork()
+                    if child:
+                        _, status = os.waitpid(child, 0)
+                        os._exit(os.waitstatus_to_exitcode(status))
+                sandbox.apply({"workspace": probe, "sandbox": cfg}, None, namespaces)
+                if sandbox.stack_readable():
+                    with open(os.path.join(probe, "ok"), "w") as fh:
+                        fh.write("ok")
+                    code = 0
+            except BaseException:
+                traceback.print_exc()
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status) == 0 and os.path.exists(os.path.join(probe, "ok"))
+    except OSError:
+        return False
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def _workable_settings(sandbox, cfg: dict) -> dict:
+    """The strongest settings that work here: cells as ``sandbox.uid`` (as root) where that uid
+    can read the interpreter, else root without capabilities; then without a PID namespace;
+    then without the read-only filesystem."""
+    tries = (
+        {},
+        {"uid": 0},
+        {"pid_namespace": False},
+        {"pid_namespace": False, "uid": 0},
+        {"pid_namespace": False, "readonly_fs": False, "uid": 0},
+    )
+    for over in tries:
+        trial = dict(cfg, **over)
+        if _probe(sandbox, trial):
+            return trial
+    return dict(cfg, pid_namespace=False, readonly_fs=False)
+
+
+def serve(chan_fd: int, config: dict) -> None:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    chan = socket.socket(fileno=chan_fd)
     sandbox = _load_sandbox()
     sandbox.sweep_cgroups(keep_server_pid=os.getpid())
     server_cgroup = sandbox.server_cgroup(os.getpid())
-    sandbox.READONLY_FS_WORKS = sandbox.probe_readonly_fs()  # inherited by every forked worker
+    sandbox.SECCOMP_PROGRAM = sandbox.build_seccomp_program()  # once; workers only load it
+    cfg = _workable_settings(sandbox, sandbox.settings(config.get("sandbox")))
     failed = _preload(list(config.get("preload", [])))
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(sock_path)
-    listener.listen(128)
     ready = {
         "ready": True,
         "pid": os.getpid(),
         "versions": _versions(),
         "failed_preloads": failed,
         "cgroup": server_cgroup,
+        "sandbox": cfg,
     }
     sys.stdout.write(json.dumps(ready) + "\n")
     sys.stdout.flush()
     gc.collect()
     gc.freeze()  # keep preloaded objects out of future collections: fewer copy-on-write pages
-    workers: set[int] = set()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)  # reap (and report) a worker as soon as it exits
+    workers: dict[int, str | None] = {}
     doomed: set[str] = set()  # cgroups of exited workers still to empty and remove
     stdin_fd = sys.stdin.fileno()
-    spare = _fork_spare(listener, stdin_fd, sandbox, server_cgroup)
-    workers.add(spare[0])
+    drop = [chan]
+    # Spares ready to hand out: two, so that episodes starting in quick succession do not wait
+    # for a spare's two forks and mount setup.
+    spares: list[_Spare] = [_fork_spare(stdin_fd, sandbox, server_cgroup, cfg, drop)]
     while True:
-        readable, _, _ = select.select([listener, stdin_fd], [], [], 0.5)
+        try:
+            wait_s = 0 if len(spares) < SPARES else 0.5
+            readable, _, _ = select.select([chan, stdin_fd, wake_r], [], [], wait_s)
+        except InterruptedError:
+            continue
         if stdin_fd in readable and not os.read(stdin_fd, 4096):
             break  # our owner is gone
-        if listener in readable:
-            spare = _hand_off(listener, spare, workers, stdin_fd, sandbox, server_cgroup)
+        if wake_r in readable:
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.read(wake_r, 4096)
+        if chan in readable:
+            if not spares:
+                spares.append(_fork_spare(stdin_fd, sandbox, server_cgroup, cfg, drop))
+            result = _hand_off(chan, spares[0], workers, stdin_fd, sandbox, server_cgroup, cfg)
+            if result is False:
+                break
+            if result is None:
+                spares.pop(0)
         # Housekeeping after the hand-off, off the critical path of episode start.
-        if _reap(workers, sandbox, server_cgroup, doomed):
-            _kill_orphans(workers)
+        if _reap(workers, doomed, chan):
+            live = set(workers)
+            for spare in spares:  # their cell-running process is reparented here before hand-off
+                live.update((spare.forked, spare.pid()))
+            _kill_orphans(live)
         for path in list(doomed):
             if sandbox.kill_cgroup(path, timeout_s=0):
                 doomed.discard(path)
-        if spare is None:
-            spare = _fork_spare(listener, stdin_fd, sandbox, server_cgroup)
-            workers.add(spare[0])
+        if len(spares) < SPARES:
+            spares.append(_fork_spare(stdin_fd, sandbox, server_cgroup, cfg, drop))
+    for spare in spares:
+        workers[spare.forked] = None
+        if spare.pid(timeout_s=1.0):
+            workers[spare.pid()] = spare.cgroup
     for pid in list(workers):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)  # our children, not yet reaped: the pids are theirs
+            except OSError:
+                pass
     _kill_orphans(set())
     if server_cgroup:
         for name in os.listdir(server_cgroup) if os.path.isdir(server_cgroup) else []:
@@ -450,4 +668,4 @@ def serve(sock_path: str, config: dict) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], json.loads(sys.argv[2]))
+    serve(int(sys.argv[1]), json.loads(sys.argv[2]))

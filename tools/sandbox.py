@@ -1,4 +1,4 @@
-"""Containment for one episode's worker: process caps, file-size cap, no network, tree kills.
+"""Containment for one episode's worker: namespaces, no privileges, syscall filter, caps, tree kills.
 
 Standard library only: ``kernel_server.py`` runs under ``executor.python`` (maybe another
 virtualenv) and imports this file by path; the env imports it as ``tools.sandbox``.
@@ -14,7 +14,15 @@ README's "Security model":
 - network: a new, empty network namespace (root: ``unshare(CLONE_NEWNET)``; others: inside a
   new user namespace where the kernel allows unprivileged ones).
 - file size: ``RLIMIT_FSIZE`` with ``SIGXFSZ`` ignored, so a too-large write fails with
-  ``OSError: [Errno 27] File too large`` instead of killing the worker.
+  ``OSError: [Errno 27] File too large`` instead of killing the worker; ``fallocate`` (which
+  can reserve space without growing the file, past the limit) fails with EOPNOTSUPP, so
+  ``posix_fallocate`` falls back to writes that the limit does stop.
+- a PID namespace per worker (root, or a user namespace where unprivileged ones are allowed):
+  the worker is its namespace's init, its own ``/proc`` shows only the episode's processes, it
+  cannot signal anything outside, and killing it kills every process of the episode at once.
+- no privilege: an unprivileged uid (root: ``sandbox.uid``), an empty capability bounding set,
+  ``no_new_privs`` and a seccomp filter built with libseccomp (namespaces, mounts, ptrace,
+  cross-process memory, kernel keyrings, BPF, io_uring...), applied after the mounts are set.
 """
 
 from __future__ import annotations
@@ -28,6 +36,11 @@ import time
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWTIME = 0x00000080
 CGROUP_PREFIX = "deepanalyze-"
 
 # Defaults for ``executor.sandbox``; a config section, when present, overrides them per key.
@@ -40,6 +53,11 @@ DEFAULTS = {
     # workspace and fresh private /tmp and /dev/shm (root only; others keep file permissions)
     "readonly_fs": True,
     "tmp_mb": 256,  # size of the private /tmp (and /dev/shm) tmpfs
+    # True: each worker is the init of its own PID (and IPC, UTS) namespace with its own /proc
+    # (root, or a user namespace where the kernel allows unprivileged ones)
+    "pid_namespace": True,
+    "uid": 65534,  # as root: the uid (and gid) cells run as; 0 keeps root (without capabilities)
+    "seccomp": True,  # False: no syscall filter (capabilities are dropped all the same)
 }
 
 
@@ -123,6 +141,12 @@ def cgroup_pids(path: str) -> list[int]:
         return []
 
 
+def freeze_forks(path: str) -> None:
+    """``pids.max`` 0: no process of the cgroup can fork any more."""
+    with contextlib.suppress(OSError), open(os.path.join(path, "pids.max"), "w") as fh:
+        fh.write("0")
+
+
 def kill_cgroup(path: str, timeout_s: float = 1.0) -> bool:
     """SIGKILL every process in the cgroup until it is empty, then remove it.
 
@@ -132,9 +156,7 @@ def kill_cgroup(path: str, timeout_s: float = 1.0) -> bool:
     """
     deadline = time.monotonic() + timeout_s
     kill_file = os.path.join(path, "cgroup.kill")  # v2, Linux >= 5.14: atomic
-    # No new process may start in it from now on: a fork bomb cannot outrun the kills.
-    with contextlib.suppress(OSError), open(os.path.join(path, "pids.max"), "w") as fh:
-        fh.write("0")
+    freeze_forks(path)  # a fork bomb cannot outrun the kills
     while True:
         if not os.path.isdir(path):
             return True
@@ -225,26 +247,36 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def kill_tree(pid: int, timeout_s: float = 1.0) -> None:
-    """Stop ``pid``, SIGKILL its descendants until none is left, then kill it and its group.
+def _pidfd_exited(pidfd: int) -> bool:
+    import select
 
-    Catches children in new sessions (``setsid``) while they are still below the worker; a
-    double-forked daemon is reparented to the fork server (a child subreaper), which kills it
-    when it reaps the worker.
+    return bool(select.select([pidfd], [], [], 0)[0])
+
+
+def kill_tree_by_pidfd(pidfd: int, pid: int, timeout_s: float = 1.0) -> None:
+    """Without a PID namespace or cgroup: stop the worker (by pidfd), SIGKILL the processes
+    below it, then its process group, then the worker itself.
+
+    Pids are used only while the pidfd shows the worker has not exited: a live (stopped)
+    process's pid, its children's pids and its process group id cannot be reused. A
+    double-forked daemon escapes the walk; it is reparented to the fork server (a child
+    subreaper), which kills it when it reaps the worker.
     """
     with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGSTOP)
+        signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not _pidfd_exited(pidfd):
         kids = descendants(pid)
         if not kids:
             break
         for kid in kids:
             with contextlib.suppress(OSError):
                 os.kill(kid, signal.SIGKILL)
-    for kill in (os.killpg, os.kill):
+    if not _pidfd_exited(pidfd):
         with contextlib.suppress(OSError):
-            kill(pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
 
 
 # ----------------------------------------------------------------------------- worker setup
@@ -262,30 +294,60 @@ def _write(path: str, text: str) -> None:
         fh.write(text)
 
 
-def _isolate_network() -> str | None:
-    """Enter an empty network namespace; returns how, or None if not permitted."""
+def _map_own_ids(uid: int, gid: int) -> None:
+    """Inside a fresh user namespace: map our own ids, so file access stays exactly as before."""
+    with contextlib.suppress(OSError):
+        _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+
+
+def enter_namespaces(cfg: dict) -> dict:
+    """Called by a spare worker before it forks the process that will run cells.
+
+    Unshares the PID (with IPC and UTS) namespace and, without ``sandbox.network``, the network
+    namespace; as a normal user inside a new user namespace (where the kernel allows it). The
+    PID namespace takes effect for the *next* child: the caller forks once more and that child,
+    the namespace's init, becomes the worker. Returns what was entered.
+    """
+    info = {"pid_ns": False, "user_ns": False, "network": "open"}
     libc = _libc()
     if libc is None or not hasattr(libc, "unshare"):
-        return None
-    if libc.unshare(CLONE_NEWNET) == 0:
-        return "netns"
+        info["network"] = "open (no namespace permitted)"
+        return info
+    want_pid = bool(cfg.get("pid_namespace"))
+    want_net = not cfg.get("network")
+    flags = CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS if want_pid else 0
+    flags |= CLONE_NEWNET if want_net else 0
+    if not flags:
+        return info
     uid, gid = os.geteuid(), os.getegid()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
-        return None
-    try:  # map our own ids so file ownership and access stay exactly as before
-        with contextlib.suppress(OSError):
-            _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"{uid} {uid} 1")
-        _write("/proc/self/gid_map", f"{gid} {gid} 1")
-    except OSError:
-        pass
-    return "userns+netns"
+    attempts = [flags] if uid == 0 else []
+    attempts.append(flags | CLONE_NEWUSER)
+    if want_pid and want_net:  # the network alone, where a PID namespace is refused
+        attempts += [CLONE_NEWNET] if uid == 0 else []
+        attempts.append(CLONE_NEWNET | CLONE_NEWUSER)
+    for attempt in attempts:
+        if libc.unshare(attempt) != 0:
+            continue
+        if attempt & CLONE_NEWUSER:
+            with contextlib.suppress(OSError):
+                _map_own_ids(uid, gid)
+            info["user_ns"] = True
+        info["pid_ns"] = bool(attempt & CLONE_NEWPID)
+        if attempt & CLONE_NEWNET:
+            info["network"] = "userns+netns" if attempt & CLONE_NEWUSER else "netns"
+        break
+    if want_net and info["network"] == "open":
+        info["network"] = "open (no namespace permitted)"
+    return info
 
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 CLONE_NEWNS = 0x00020000
-_SKIP_READONLY = ("/proc", "/sys")
+# Kernel knobs under /proc that stay read-only even in the worker's own /proc (as Docker does).
+_PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 
 
 def _mount(libc, source, target, fstype, flags, data=None) -> None:
@@ -329,85 +391,140 @@ def _paths_under(root: str) -> list[str]:
     return [p for p in sorted(found) if not any(p.startswith(q + "/") for q in found if q != p)]
 
 
-def _readonly_filesystem(workspace: str, tmp_mb: int) -> str | None:
-    """Root only: make every mount read-only in a private mount namespace except the workspace,
-    and give the worker its own empty /tmp and /dev/shm. Returns a description, or None."""
-    if os.geteuid() != 0:
-        return None
-    libc = _libc()
-    if libc is None or not hasattr(libc, "mount"):
-        return None
-    workspace = os.path.realpath(workspace)
-    if libc.unshare(CLONE_NEWNS) != 0:
-        return None
-    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
-    # Opened inside the new namespace, so the fd names this namespace's copy of the mount.
-    ws_fd = os.open(workspace, os.O_PATH | os.O_DIRECTORY)
+def _readonly_bind(libc, path: str) -> None:
+    _mount(libc, path, path, None, MS_BIND | MS_REC)
+    _mount(libc, None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(path))
+
+
+_DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+def _minimal_dev(libc) -> None:
+    """Root's cells keep uid 0 (without capabilities) where the interpreter is unreadable to
+    another uid; device nodes ignore read-only mounts, so /dev becomes a tmpfs holding only
+    the harmless ones (no disks, no /dev/mem)."""
+    fds = {}
+    for name in _DEV_NODES:
+        with contextlib.suppress(OSError):
+            fds[name] = os.open(f"/dev/{name}", os.O_PATH)
+    shm_fd = os.open("/dev/shm", os.O_PATH | os.O_DIRECTORY) if os.path.isdir("/dev/shm") else None
     try:
-        for point in sorted(set(_mount_points()), key=len):
-            if any(point == p or point.startswith(p + "/") for p in _SKIP_READONLY):
-                continue
-            with contextlib.suppress(OSError):
-                _mount(libc, None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(point))
-        for private in ("/tmp", "/dev/shm"):
-            if os.path.isdir(private):
-                # The interpreter, its venv and sys.path may live under /tmp (a CI checkout):
-                # keep them visible, read-only, on top of the fresh tmpfs.
-                kept = _paths_under(private)
-                fds = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in kept]
-                try:
-                    size = f"size={int(tmp_mb)}m,mode=1777"
-                    _mount(libc, "tmpfs", private, "tmpfs", MS_NOSUID | MS_NODEV, size)
-                    for path, fd in zip(kept, fds, strict=True):
-                        os.makedirs(path, exist_ok=True)
-                        _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-                        with contextlib.suppress(OSError):
-                            _mount(
-                                libc, None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(path)
-                            )
-                finally:
-                    for fd in fds:
-                        os.close(fd)
-        # The workspace (maybe under the /tmp just covered) comes back, writable, by its fd.
-        os.makedirs(workspace, exist_ok=True)
-        _mount(libc, f"/proc/self/fd/{ws_fd}", workspace, None, MS_BIND)
-        _mount(libc, None, workspace, None, MS_BIND | MS_REMOUNT | _kept_flags(workspace))
-        return "readonly"
+        _mount(libc, "tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755")
+        for name, fd in fds.items():
+            open(f"/dev/{name}", "w").close()
+            _mount(libc, f"/proc/self/fd/{fd}", f"/dev/{name}", None, MS_BIND)
+        if shm_fd is not None:
+            os.mkdir("/dev/shm")
+            _mount(libc, f"/proc/self/fd/{shm_fd}", "/dev/shm", None, MS_BIND)
+        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0")):
+            os.symlink(target, f"/dev/{name}")
+        os.symlink("/proc/self/fd/1", "/dev/stdout")
+        os.symlink("/proc/self/fd/2", "/dev/stderr")
+        _mount(libc, None, "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=64k,mode=755")
     finally:
-        os.close(ws_fd)
+        for fd in fds.values():
+            os.close(fd)
+        if shm_fd is not None:
+            os.close(shm_fd)
+
+
+def _fresh_proc(libc, pid_ns: bool) -> None:
+    """The worker's own /proc (only its namespace's processes), kernel knobs read-only."""
+    if pid_ns:
+        _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for path in _PROC_READONLY:
+        if os.path.exists(path):
+            with contextlib.suppress(OSError):  # not writable to this uid anyway where refused
+                _readonly_bind(libc, path)
+
+
+def _private_mount_namespace(libc) -> bool:
+    if libc is None or not hasattr(libc, "mount") or libc.unshare(CLONE_NEWNS) != 0:
+        return False
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+    return True
+
+
+_COVERED = ("/tmp", "/dev/shm")
+
+
+def _readonly_filesystem(tmp_mb: int, pid_ns: bool, keep_root: bool = False) -> dict | None:
+    """Make every mount read-only in a private mount namespace, give the worker its own empty
+    /tmp and /dev/shm and (in a PID namespace) its own /proc. Needs CAP_SYS_ADMIN: root, or
+    inside the worker's user namespace. Runs in the spare, before its episode is known; the
+    workspace is bound in later (``_bind_workspace``) through descriptors of the folders the
+    fresh tmpfs covered. Returns those descriptors, or None where no mount namespace is allowed."""
+    libc = _libc()
+    if not _private_mount_namespace(libc):
+        return None
+    covered: dict[str, int] = {}
+    for point in sorted(set(_mount_points()), key=len):
+        if point == "/proc" or point.startswith("/proc/"):
+            continue  # replaced below by the worker's own /proc
+        with contextlib.suppress(OSError):
+            _mount(libc, None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(point))
+    for private in _COVERED:
+        if os.path.isdir(private):
+            # Opened inside the new namespace, so the fd names this namespace's copy of the mount.
+            covered[private] = os.open(private, os.O_PATH | os.O_DIRECTORY)
+            # The interpreter, its venv and sys.path may live under /tmp (a CI checkout):
+            # keep them visible, read-only, on top of the fresh tmpfs.
+            kept = _paths_under(private)
+            fds = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in kept]
+            try:
+                size = f"size={int(tmp_mb)}m,mode=1777"
+                _mount(libc, "tmpfs", private, "tmpfs", MS_NOSUID | MS_NODEV, size)
+                for path, fd in zip(kept, fds, strict=True):
+                    os.makedirs(path, exist_ok=True)
+                    _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+                    with contextlib.suppress(OSError):
+                        _mount(libc, None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(path))
+            finally:
+                for fd in fds:
+                    os.close(fd)
+    _fresh_proc(libc, pid_ns)
+    if keep_root:
+        _minimal_dev(libc)
+    return covered
+
+
+def _bind_workspace(workspace: str, covered: dict[str, int]) -> None:
+    """The episode's workspace (maybe under a /tmp the tmpfs covered) comes back, writable."""
+    libc = _libc()
+    source = workspace
+    for base, fd in covered.items():
+        if workspace.startswith(base + "/"):
+            source = f"/proc/self/fd/{fd}/{os.path.relpath(workspace, base)}"
+            break
+    try:
+        os.makedirs(workspace, exist_ok=True)
+        _mount(libc, source, workspace, None, MS_BIND)
+        _mount(libc, None, workspace, None, MS_BIND | MS_REMOUNT | _kept_flags(workspace))
+    finally:
+        for fd in covered.values():
+            os.close(fd)
+        covered.clear()
+
+
+def prepare(cfg: dict, namespaces: dict) -> dict:
+    """Spare time, before the episode is known: the worker's mount namespace, all but the
+    workspace. Returns what ``apply`` needs to finish it."""
+    uid = int(cfg.get("uid") or 0)
+    keep_root = os.geteuid() == 0 and uid == 0
+    prepared: dict = {"fs": "open", "covered": None}
+    if cfg.get("readonly_fs") and READONLY_FS_WORKS is not False:
+        covered = _readonly_filesystem(cfg.get("tmp_mb") or 512, namespaces["pid_ns"], keep_root)
+        if covered is not None:
+            prepared.update(fs="readonly", covered=covered)
+    elif namespaces["pid_ns"]:
+        libc = _libc()
+        if not _private_mount_namespace(libc):
+            raise OSError("no private mount namespace for the worker's /proc")
+        _fresh_proc(libc, True)
+    return prepared
 
 
 READONLY_FS_WORKS: bool | None = None  # set by the fork server's start-up probe
-
-
-def probe_readonly_fs() -> bool:
-    """Try the read-only filesystem in a throwaway child; the server calls this once at start,
-    so a host that allows the namespace but not the mounts (an LSM, seccomp) degrades to "open"
-    instead of failing every episode."""
-    import shutil
-    import tempfile
-
-    if os.geteuid() != 0:
-        return False
-    probe = tempfile.mkdtemp(prefix="deepanalyze-fsprobe-")
-    try:
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                if _readonly_filesystem(probe, 1):
-                    with open(os.path.join(probe, "ok"), "w") as fh:
-                        fh.write("ok")
-                    code = 0
-            except BaseException:
-                pass
-            os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status) == 0 and os.path.exists(os.path.join(probe, "ok"))
-    except OSError:
-        return False
-    finally:
-        shutil.rmtree(probe, ignore_errors=True)
 
 
 def _user_process_count(uid: int) -> int:
@@ -430,15 +547,273 @@ def _user_process_count(uid: int) -> int:
     return count
 
 
-def apply(spec: dict, own_cgroup: str | None) -> dict:
-    """Apply the sandbox inside a freshly forked worker (after setsid, before its first cell).
+# ----------------------------------------------------------------------------- privileges
+
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
+_CAP_V3 = 0x20080522
+
+
+def _chown_tree(path: str, uid: int, gid: int) -> None:
+    """Hand the episode's scratch copy to the cells' uid (never following links out of it)."""
+    os.lchown(path, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            with contextlib.suppress(OSError):
+                os.lchown(os.path.join(dirpath, name), uid, gid)
+
+
+def drop_privileges(uid: int | None) -> dict:
+    """No capabilities and no way to regain any: empty bounding and ambient sets, an
+    unprivileged uid when running as root, empty effective/permitted/inheritable sets, and
+    ``no_new_privs`` (setuid binaries and file capabilities no longer elevate)."""
+    libc = _libc()
+    done = {"uid": os.geteuid(), "caps": "kept", "no_new_privs": False}
+    if libc is None:
+        return done
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as fh:
+            last_cap = int(fh.read())
+    except (OSError, ValueError):
+        last_cap = 63
+    for cap in range(last_cap + 1):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    if os.geteuid() == 0 and uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    header = (ctypes.c_uint32 * 2)(_CAP_V3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    if hasattr(libc, "capset"):
+        libc.capset(ctypes.byref(header), ctypes.byref(data))
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    done["uid"] = os.geteuid()
+    done["caps"] = "none" if _capabilities_empty() else "kept"
+    done["no_new_privs"] = _status_field("NoNewPrivs") == "1"
+    return done
+
+
+def stack_readable() -> bool:
+    """Can this process (after ``drop_privileges``) still import from its interpreter's folders?
+    An interpreter under /root (pyenv) is unreadable to another uid."""
+    import sys
+
+    try:
+        with open(os.__file__, "rb") as fh:
+            fh.read(1)
+        for entry in sys.path:
+            if entry and os.path.isdir(entry):
+                os.listdir(entry)
+    except OSError:
+        return False
+    return True
+
+
+def _status_field(name: str) -> str | None:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(name + ":"):
+                    return line.split()[1]
+    except OSError:
+        return None
+    return None
+
+
+def _capabilities_empty() -> bool:
+    return all(int(_status_field(f) or "1", 16) == 0 for f in ("CapEff", "CapPrm", "CapBnd", "CapAmb"))
+
+
+# ----------------------------------------------------------------------------- seccomp
+
+SCMP_ACT_ALLOW = 0x7FFF0000
+SCMP_CMP_NE, SCMP_CMP_EQ, SCMP_CMP_MASKED_EQ = 1, 4, 7
+_EPERM, _ENOSYS, _EOPNOTSUPP = 1, 38, 95
+_NS_FLAGS = (
+    CLONE_NEWNS,
+    CLONE_NEWUTS,
+    CLONE_NEWIPC,
+    CLONE_NEWUSER,
+    CLONE_NEWPID,
+    CLONE_NEWNET,
+    CLONE_NEWCGROUP,
+    CLONE_NEWTIME,
+)
+# Refused outright (EPERM): entering or making namespaces, (re)mounting, reading or writing
+# another process's memory or descriptors, kernel keyrings, BPF, perf, io_uring (its requests
+# bypass this filter), module/kexec/reboot/swap controls.
+DENIED_SYSCALLS = (
+    "unshare",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "process_madvise",
+    "pidfd_getfd",
+    "kcmp",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "quotactl",
+    "syslog",
+    "iopl",
+    "ioperm",
+)
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    ]
+
+
+def _errno_action(err: int) -> int:
+    return 0x00050000 | (err & 0xFFFF)  # SCMP_ACT_ERRNO
+
+
+def build_seccomp_program() -> bytes | str:
+    """Build the syscall filter with libseccomp (over ctypes, no Python dependency: the fork
+    server runs under ``executor.python``) and export its BPF program. Done once in the fork
+    server; each worker then only loads the bytes. Returns the program, or why there is none."""
+    try:
+        lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
+    except OSError:
+        return "off (libseccomp.so.2 not found)"
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(_ArgCmp),
+    ]
+    lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    ctx = lib.seccomp_init(SCMP_ACT_ALLOW)
+    if not ctx:
+        return "off (seccomp_init failed)"
+    try:
+
+        def rule(name: str, action: int, *cmps: tuple[int, int, int, int]) -> None:
+            nr = lib.seccomp_syscall_resolve_name(name.encode())
+            if nr < 0:
+                return  # not on this architecture
+            arr = (_ArgCmp * max(1, len(cmps)))(*[_ArgCmp(*c) for c in cmps])
+            rc = lib.seccomp_rule_add_array(ctx, action, nr, len(cmps), arr)
+            if rc != 0:
+                raise OSError(-rc, f"seccomp rule {name}: {os.strerror(-rc)}")
+
+        for name in DENIED_SYSCALLS:
+            rule(name, _errno_action(_EPERM))
+        for flag in _NS_FLAGS:  # threads and processes, but no new namespaces
+            rule("clone", _errno_action(_EPERM), (0, SCMP_CMP_MASKED_EQ, flag, flag))
+        # clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
+        rule("clone3", _errno_action(_ENOSYS))
+        # fallocate can reserve blocks past RLIMIT_FSIZE; posix_fallocate falls back to writes.
+        rule("fallocate", _errno_action(_EOPNOTSUPP))
+        r, w = os.pipe()
+        try:
+            rc = lib.seccomp_export_bpf(ctx, w)
+            os.close(w)
+            w = -1
+            if rc != 0:
+                return f"off (seccomp_export_bpf: {os.strerror(-rc)})"
+            chunks = []
+            while chunk := os.read(r, 1 << 16):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(r)
+            if w >= 0:
+                os.close(w)
+    except OSError as exc:
+        return f"off ({exc})"
+    finally:
+        lib.seccomp_release(ctx)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+SECCOMP_PROGRAM: bytes | str | None = None  # built once by the fork server, inherited by workers
+
+
+def install_seccomp() -> str:
+    """Load the filter into this process (after ``no_new_privs``); returns "on" or why not."""
+    program = SECCOMP_PROGRAM if SECCOMP_PROGRAM is not None else build_seccomp_program()
+    if isinstance(program, str):
+        return program
+    libc = _libc()
+    if libc is None or not program or len(program) % 8:
+        return "off (no filter program)"
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        return f"off (prctl: {os.strerror(ctypes.get_errno())})"
+    return "on"
+
+
+# ----------------------------------------------------------------------------- apply
+
+
+def apply(
+    spec: dict, own_cgroup: str | None, namespaces: dict | None = None, prepared: dict | None = None
+) -> dict:
+    """Apply the sandbox inside the worker (after setsid, before its first cell).
 
     ``own_cgroup``: the cgroup the worker already joined (None: none could be made). With
     ``sandbox.cgroup`` off the worker stays in it but nothing relies on it (the fallback path).
+    ``namespaces``: what ``enter_namespaces`` entered for this worker; ``prepared``: what
+    ``prepare`` set up (None: done here, as the start-up probe does). Privileges are dropped
+    and the syscall filter loaded last: the mounts before need them.
     Returns what is in force, reported to the env and recorded with the episode.
     """
     cfg = settings(spec.get("sandbox"))
-    active: dict = {"cgroup": None, "network": "open", "nproc": None, "file_size_mb": None, "fs": "open"}
+    ns = namespaces or {"pid_ns": False, "user_ns": False, "network": "open"}
+    active: dict = {
+        "cgroup": None,
+        "network": ns["network"],
+        "nproc": None,
+        "file_size_mb": None,
+        "fs": "open",
+        "pid_ns": ns["pid_ns"],
+        "user_ns": ns["user_ns"],
+    }
     max_processes = cfg.get("max_processes")
     if own_cgroup and cfg.get("cgroup"):  # joined by the spare worker before its hand-off
         active["cgroup"] = own_cgroup
@@ -461,12 +836,20 @@ def apply(spec: dict, own_cgroup: str | None) -> dict:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
             active["file_size_mb"] = int(file_size_mb)
-    if cfg.get("readonly_fs") and spec.get("workspace") and READONLY_FS_WORKS is not False:
-        try:
-            active["fs"] = _readonly_filesystem(spec["workspace"], cfg.get("tmp_mb") or 512) or "open"
-        except OSError as exc:
-            # Half-applied is unsafe to run in (the workspace may be hidden): give up loudly.
-            raise RuntimeError(f"read-only filesystem setup failed: {exc}") from exc
-    if not cfg.get("network"):
-        active["network"] = _isolate_network() or "open (no namespace permitted)"
+    workspace = spec.get("workspace")
+    uid = int(cfg.get("uid") or 0)
+    try:
+        if prepared is None:
+            prepared = prepare(cfg, ns)
+        active["fs"] = prepared["fs"]
+        if prepared["covered"] is not None and workspace:
+            _bind_workspace(os.path.realpath(workspace), prepared["covered"])
+    except OSError as exc:
+        # Half-applied is unsafe to run in (the workspace may be hidden): give up loudly.
+        raise RuntimeError(f"filesystem setup failed: {exc}") from exc
+    if os.geteuid() == 0 and uid > 0 and workspace:
+        _chown_tree(workspace, uid, uid)
+        os.environ["HOME"] = "/tmp" if active["fs"] == "readonly" else workspace
+    active.update(drop_privileges(uid if uid > 0 else None))
+    active["seccomp"] = install_seccomp() if cfg.get("seccomp") else "off"
     return active

@@ -58,6 +58,36 @@ def sweep_stale(root: Path | None = None) -> int:
     return removed
 
 
+class UnsafeWorkspace(ValueError):
+    """A task folder holds a symbolic link that leaves it (or loops): refused, never copied."""
+
+
+def check_links(source: Path) -> None:
+    """Refuse links that point outside ``source``, loop, dangle, or point at a folder that
+    contains them: copying would pull host files into the episode (or never end)."""
+    root = os.path.realpath(source)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            link = os.path.join(dirpath, name)
+            if not os.path.islink(link):
+                continue
+            target = os.path.realpath(link)
+            where = f"{link} -> {os.readlink(link)}"
+            if target != root and not target.startswith(root + os.sep):
+                raise UnsafeWorkspace(
+                    f"task folder {root} holds a symbolic link that points outside it: {where}; "
+                    "copy the file into the task folder instead"
+                )
+            if not os.path.exists(target):
+                raise UnsafeWorkspace(
+                    f"task folder {root} holds a dangling or looping symbolic link: {where}"
+                )
+            if os.path.isdir(target) and (link + os.sep).startswith(target + os.sep):
+                raise UnsafeWorkspace(
+                    f"task folder {root} holds a symbolic link to a folder above it: {where}"
+                )
+
+
 class Workspace:
     """A scratch folder for one episode; ``source`` (may be None) is copied into it."""
 
@@ -69,6 +99,8 @@ class Workspace:
                 sweep_stale(root)
         pid = os.getpid()
         self.path = root / f"{pid}-{_start_time(pid) or 0}-{uuid.uuid4().hex[:12]}"
+        if source is not None:
+            check_links(source)
         try:
             if source is not None:
                 shutil.copytree(source, self.path, symlinks=False)
@@ -85,8 +117,12 @@ class Workspace:
 
 
 def _force_remove(func, path, _exc) -> None:
-    """Cells may chmod their files read-only; make them writable and retry."""
+    """Cells may chmod their files read-only; make them writable and retry. A link is never
+    followed (``chmod`` would change the file it points to, maybe outside the scratch folder)."""
     with contextlib.suppress(OSError):
-        os.chmod(os.path.dirname(path) or ".", 0o700)
-        os.chmod(path, 0o700)
+        parent = os.path.dirname(path) or "."
+        if not os.path.islink(parent):
+            os.chmod(parent, 0o700)
+        if not os.path.islink(path):
+            os.chmod(path, 0o700)
         func(path)

@@ -33,6 +33,9 @@ class SandboxConfig:
     cgroup: bool | None = None  # a pids cgroup per worker where one can be made [true]
     readonly_fs: bool | None = None  # everything read-only but the workspace, as root [true]
     tmp_mb: int | None = None  # size of the private /tmp and /dev/shm [256]
+    pid_namespace: bool | None = None  # each worker the init of its own PID namespace + /proc [true]
+    uid: int | None = None  # as root, the uid cells run as; 0 keeps root, capabilities dropped [65534]
+    seccomp: bool | None = None  # the libseccomp syscall filter in each worker [true]
 
 
 @dataclass

@@ -23,7 +23,7 @@ from deepanalyze_env.core.profiles import PROFILES
 from deepanalyze_env.core.records import RecordWriter, build_record, judge_versions, package_version
 from rewards import RewardContext, RewardOutcome, RewardSpecError
 from tools.kernel import Kernel, KernelError
-from tools.workspace import Workspace
+from tools.workspace import UnsafeWorkspace, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,10 @@ class DeepAnalyzeEnv(BaseTextEnv):
         if self._infra_error is not None:  # a bad row (row_errors: episode): nothing to start
             return messages, {}
         try:
-            self.workspace = Workspace(self.source_workspace)
+            try:
+                self.workspace = Workspace(self.source_workspace)
+            except UnsafeWorkspace as exc:  # the task's data is wrong: loud, like a missing folder
+                raise ConfigError(str(exc)) from exc
             ex = self.config.executor
             self.kernel = Kernel(
                 self.workspace.path,

@@ -19,7 +19,8 @@ import pytest
 import skyrl_gym
 
 import tools.sandbox
-from tests.conftest import code, qa_extras, wait_gone
+from tests.conftest import code, pid_namespace, qa_extras, wait_gone, wait_gone_inside
+from tools.kernel_server import SPARES
 
 TIMEOUT_S = 2.0
 PROMPT = [{"role": "user", "content": "Which store has the highest revenue?"}]
@@ -204,8 +205,10 @@ def test_hostile_cell_is_contained(case: Case, workspace_root: Path):
 def test_hostile_cell_is_contained_without_cgroup(
     case: Case, workspace_root: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """What a normal user without a delegated cgroup gets: process-tree kills + subreaper."""
+    """What a normal user without a delegated cgroup or user namespaces gets: process-tree kills
+    guarded by the worker's pidfd + the fork server as subreaper."""
     monkeypatch.setitem(tools.sandbox.DEFAULTS, "cgroup", False)
+    monkeypatch.setitem(tools.sandbox.DEFAULTS, "pid_namespace", False)
     _contained(case, workspace_root)
 
 
@@ -223,6 +226,7 @@ def _contained(case: Case, workspace_root: Path) -> None:
             pytest.skip("needs root (or unprivileged user namespaces): no network namespace here")
         server_pid = env.kernel.server.proc.pid
         worker_pid = env.kernel.pid
+        worker_ns = pid_namespace(worker_pid)
         scratch = env.workspace.path
 
         start = time.monotonic()
@@ -249,7 +253,7 @@ def _contained(case: Case, workspace_root: Path) -> None:
             # the worker is recycled after a cell that leaves processes behind (pids cgroup),
             # or at the latest when the episode closes
             if env.kernel.sandbox.get("cgroup"):
-                assert wait_gone(leftover), "a process outlived its cell"
+                assert wait_gone_inside(leftover, worker_ns), "a process outlived its cell"
 
         nxt = env.step(
             code(
@@ -266,8 +270,8 @@ def _contained(case: Case, workspace_root: Path) -> None:
         assert final["reward"] == 1.0
     finally:
         env.close()
-    assert wait_gone(worker_pid)
-    assert _wait(lambda: len(_episode_processes(server_pid, set())) <= 1), (
+    assert wait_gone(worker_pid, timeout=15.0)  # a fork bomb's teardown is slow on a loaded host
+    assert _wait(lambda: len(_episode_processes(server_pid, set())) <= SPARES), (
         f"processes left: {_episode_processes(server_pid, set())}"
     )
     assert not scratch.exists()
