@@ -24,10 +24,10 @@ from pathlib import Path
 import psutil
 import pytest
 import skyrl_gym
-from deepanalyze_env.config import ConfigError
 
 import tools.sandbox
 import tools.workspace
+from deepanalyze_env.core.config import ConfigError
 from tests.conftest import code, pid_namespace, qa_extras
 from tests.reliability.test_hostile_cells import Case
 
