@@ -82,7 +82,7 @@ def _make_callback(out: Path):
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             logs = {k: v for k, v in (logs or {}).items() if isinstance(v, int | float)}
-            if "loss" not in logs or not state.is_world_process_zero:  # one writer under accelerate
+            if "loss" not in logs or not getattr(state, "is_world_process_zero", True):  # one writer
                 return
             line = {
                 "step": state.global_step,

@@ -135,7 +135,7 @@ def _make_callback(rollout: DeepAnalyzeRollout, out: Path, curriculum: SuccessRa
             if "reward" not in logs and "loss" not in logs:
                 return
             stats = rollout.drain()
-            if not state.is_world_process_zero:  # one writer under accelerate launch (rank 0's stats)
+            if not getattr(state, "is_world_process_zero", True):  # one writer under accelerate launch
                 return
             rewards = stats.rewards
             mean = sum(rewards) / len(rewards) if rewards else None
