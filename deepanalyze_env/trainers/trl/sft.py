@@ -39,15 +39,9 @@ console = Console()
 def _sft_config(recipe: Recipe, out: Path, cuda: bool):
     import trl
 
-    args = dict(recipe.trl)
-    args["output_dir"] = str(out)
-    args["max_steps"] = recipe.max_steps
-    if not cuda:
-        args.setdefault("use_cpu", True)
-        args.setdefault("bf16", False)
-    args.setdefault("report_to", "none")
-    args.setdefault("logging_steps", 1)
-    args.setdefault("save_strategy", "no")
+    from deepanalyze_env.trainers.trl.train import trainer_args
+
+    args = trainer_args(recipe, out, cuda)
     args.setdefault("max_length", None)  # never cut an episode silently; set it to bound memory
     args.setdefault("dataset_num_proc", None)
     try:

@@ -49,9 +49,10 @@ def _judge_defaults(env: dict[str, Any], policy_dir: str) -> None:
         judge["model"] = policy_dir
 
 
-def _grpo_config(recipe: Recipe, out: Path, cuda: bool):
-    import trl
-
+def trainer_args(recipe: Recipe, out: Path, cuda: bool) -> dict[str, Any]:
+    """The recipe's ``trl:`` section with the defaults every TRL backend applies (GRPO and SFT):
+    CPU without bf16 when there is no GPU, no external loggers, a log line per step, no
+    intermediate checkpoints (the final model is saved in ``output_dir``)."""
     args = dict(recipe.trl)
     args["output_dir"] = str(out)
     args["max_steps"] = recipe.max_steps
@@ -61,6 +62,13 @@ def _grpo_config(recipe: Recipe, out: Path, cuda: bool):
     args.setdefault("report_to", "none")
     args.setdefault("logging_steps", 1)
     args.setdefault("save_strategy", "no")
+    return args
+
+
+def _grpo_config(recipe: Recipe, out: Path, cuda: bool):
+    import trl
+
+    args = trainer_args(recipe, out, cuda)
     args.setdefault("mask_truncated_completions", not recipe.rollout.get("score_truncated", False))
     if args.get("use_vllm"):
         gen = dict(args.get("generation_kwargs") or {})
