@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import Any
 
-from deepanalyze_env.cli.common import console, make_parser
+from deepanalyze_env.cli.common import make_parser
 
 
 def add_parser(sub: Any) -> None:
@@ -46,9 +45,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         from deepanalyze_env.trainers.trl.sft import train_sft
 
         return train_sft(recipe, check=check)
-    if check:
-        console.print_json(data=dataclasses.asdict(recipe))
-        return 0
     from deepanalyze_env.trainers.trl.train import train_trl
 
-    return train_trl(recipe)
+    return train_trl(recipe, check=check)

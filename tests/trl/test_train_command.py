@@ -207,3 +207,38 @@ def test_stop_tag_split_across_special_and_ordinary_tokens_is_refused(fresh_smol
     tok.add_special_tokens({"additional_special_tokens": ["</Co"]})
     with pytest.raises(ValueError, match="splits the stop tag '</Code>'"):
         add_stop_token_ids(SimpleNamespace(use_vllm=True, generation_kwargs={}), tok)
+
+
+def _tasks(tmp_path: Path, specs: list[dict]) -> Path:
+    path = tmp_path / "tasks.jsonl"
+    task = {"method": "qa_plain", "instruction": "Which store?", "data": "data", "workspace_id": "ws"}
+    lines = [{"id": f"q{i}", **task, "reward_spec": spec} for i, spec in enumerate(specs)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_check_validates_every_row_and_touches_nothing(smollm2_dir, workspace_root, tmp_path, capsys):
+    good = {"method": "qa_plain", "ground_truth": "B"}
+    tasks = _tasks(tmp_path, [good, good, good])
+    out = tmp_path / "run"
+    tree = {**BASE, "model": smollm2_dir, "output_dir": str(out), "data": [str(tasks)],
+            "env": {"workspace_root": str(workspace_root)}}  # fmt: skip
+    assert main(["train", str(write(tmp_path, tree)), "--check"]) == 0
+    printed = capsys.readouterr().out
+    assert json.loads(printed[printed.index("{") :])["rows_checked"] == 3
+    assert not out.exists()
+
+
+def test_check_reports_every_bad_row_at_once(smollm2_dir, workspace_root, tmp_path, capsys):
+    good = {"method": "qa_plain", "ground_truth": "B"}
+    bad = {**good, "function": ["no_such_reward"]}
+    tasks = _tasks(tmp_path, [good, bad, bad])
+    out = tmp_path / "run"
+    tree = {**BASE, "model": smollm2_dir, "output_dir": str(out), "data": [str(tasks)],
+            "env": {"workspace_root": str(workspace_root)}}  # fmt: skip
+    assert main(["train", str(write(tmp_path, tree)), "--check"]) == 2
+    printed = capsys.readouterr().out
+    assert "2 of 3 dataset rows cannot be used" in printed
+    assert "row 1" in printed and "row 2" in printed and "row 0" not in printed
+    assert "no_such_reward" in printed
+    assert not out.exists()

@@ -62,14 +62,18 @@ def run_programs(drafts: list[Draft], workspace_root: Path, timeout_s: float = 6
         by_ws.setdefault(d.workspace.id, []).append(i)
     for ws_id, indexes in by_ws.items():
         scratch = Workspace(workspace_root / "workspaces" / ws_id)
-        # the gate line of a cleaning task carries the whole reference table: no output cap
-        kernel = Kernel(scratch.path, timeout_s=timeout_s, memory_mb=4096, max_output_chars=GATE_OUTPUT_CHARS)
+        kernel = None
         try:
+            # the gate line of a cleaning task carries the whole reference table: no output cap
+            kernel = Kernel(
+                scratch.path, timeout_s=timeout_s, memory_mb=4096, max_output_chars=GATE_OUTPUT_CHARS
+            )
             for i in indexes:
                 res = kernel.run(drafts[i].program)
                 results[i] = (res.status, res.output)
-        finally:
-            kernel.close()
+        finally:  # a worker that failed to start must not leave the scratch copy behind
+            if kernel is not None:
+                kernel.close()
             scratch.remove()
     return [r if r is not None else ("error", "") for r in results]
 

@@ -7,6 +7,7 @@ trainer logs, ``metrics.jsonl`` (one line per step), the episode records as ``ep
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -19,9 +20,10 @@ from rich.console import Console
 from rich.table import Table
 
 from deepanalyze_env.core import protocol
-from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.config import ConfigError, EnvConfig
 from deepanalyze_env.core.models import resolve_model
 from deepanalyze_env.core.records import load_run, write_jsonl_atomic
+from deepanalyze_env.core.row_check import BadRowsError, check_rows
 from deepanalyze_env.core.tasks import load_rows, with_task_ids
 from deepanalyze_env.trainers.curriculum import SuccessRateCurriculum
 from deepanalyze_env.trainers.recipes import Recipe
@@ -201,7 +203,9 @@ def plot_reward_curves(metrics_path: Path, png_path: Path) -> None:
     plt.close(fig)
 
 
-def train_trl(recipe: Recipe) -> int:
+def train_trl(recipe: Recipe, check: bool = False) -> int:
+    """Run a ``backend: trl`` recipe; ``check`` validates everything (GRPOConfig, rows, tokenizer)
+    and prints what would run, touching nothing on disk."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental; we know
     try:
         import torch
@@ -226,6 +230,11 @@ def train_trl(recipe: Recipe) -> int:
     rows = with_task_ids(load_rows(recipe.data, env_config.get("workspace_root")))
     if not rows:
         raise ConfigError(f"{recipe.source}: the data files hold no tasks")
+    bad, checked = check_rows(
+        ((", ".join(recipe.data), i, row) for i, row in enumerate(rows)), EnvConfig.from_any(env_config)
+    )
+    if bad:  # every bad row at once, before any model is loaded
+        raise BadRowsError(bad, checked)
     rollout = DeepAnalyzeRollout(rows, env_config, **recipe.rollout)
     curriculum = build_curriculum(recipe, rows, config.seed)
     if curriculum is not None:
@@ -237,6 +246,18 @@ def train_trl(recipe: Recipe) -> int:
         add_stop_token_ids(config, tokenizer)
     except ValueError as exc:
         raise ConfigError(f"{recipe.source}: {exc}")
+    if check:
+        console.print_json(
+            data={
+                "recipe": dataclasses.asdict(recipe),
+                "rows_checked": checked,
+                "stop_token_ids": (config.generation_kwargs or {}).get("stop_token_ids"),
+                "max_completion_length": config.max_completion_length,
+                "num_generations": config.num_generations,
+            },
+            default=str,
+        )
+        return 0
 
     # Everything is validated: only now does the run touch its output folder.
     out.mkdir(parents=True, exist_ok=True)
