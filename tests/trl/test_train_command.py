@@ -132,20 +132,7 @@ def test_shipped_trl_recipes_are_valid(name):
     ],
 )
 def test_a_bad_recipe_leaves_no_output_folder(tmp_path, capsys, change, message):
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(
-        json.dumps(
-            {
-                "id": "q1",
-                "method": "qa_plain",
-                "instruction": "Which store?",
-                "data": "data",
-                "workspace_id": "ws",
-                "reward_spec": {"method": "qa_plain", "ground_truth": "B"},
-            }
-        )
-        + "\n"
-    )
+    tasks = _tasks(tmp_path, [{"method": "qa_plain", "ground_truth": "B"}])
     out = tmp_path / "run"
     tree = {**BASE, "output_dir": str(out), "data": [str(tasks)], **change}
     assert main(["train", str(write(tmp_path, tree))]) == 2
