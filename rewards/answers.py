@@ -52,6 +52,12 @@ def values_match(answer: Any, truth: Any, tolerance: float | None = None) -> boo
     return a_text == g_text
 
 
+# Components that say whether the answer is right (1 = right), beyond any component whose name
+# ends in ``accuracy`` (the QA plan's ``qa_accuracy``): the eval report's accuracy / pass@k and
+# the curriculum's success both read this one list.
+ACCURACY_COMPONENTS = ("answer_match", "answer_parts_all", "qa_accuracy")
+
+
 @register_reward("answer_match")
 def answer_match(answer: str | None, ground_truth, reward_spec: dict) -> float:
     """1.0 when the final answer equals the ground truth (numbers within ``tolerance``), else 0.0."""

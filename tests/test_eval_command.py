@@ -204,3 +204,20 @@ def test_policy_choice_mistakes_are_one_line_errors(tmp_path, capsys, extra, mes
 def test_compare_of_a_missing_folder_is_a_one_line_error(tmp_path, capsys):
     assert main(["eval", "--compare", str(tmp_path / "nope"), str(tmp_path)]) == 2
     assert "no such eval folder" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("spec", "component"),
+    [
+        ({"method": "verified", "function": ["answer_match"]}, "answer_match"),
+        ({"method": "verified", "function": ["answer_parts"]}, "answer_parts_all"),
+        ({"method": "datatask", "function": ["file_match", "answer_match"]}, "answer_match"),
+        ({"method": "qa"}, "qa_accuracy"),
+        ({"method": "openresearch", "function": ["judge_opendomain"]}, None),
+    ],
+)
+def test_bank_methods_have_an_accuracy_component(spec, component):
+    """The bank's scorers say whether the answer is right; the report's accuracy reads them."""
+    from deepanalyze_env.offline.eval_report import accuracy_component
+
+    assert accuracy_component(spec) == component

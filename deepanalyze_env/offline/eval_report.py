@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from rewards import ACCURACY_COMPONENTS
+
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 GATE_RAN = ("scored", "verifier_error")  # an environment_error episode never reached the gate
@@ -30,7 +32,8 @@ DEFINITIONS = (
     "95 % interval: percentile bootstrap over tasks (2000 resamples, seed 0).",
     "*format-gate pass rate*: `format_ok` over episodes whose gate ran "
     "(status `scored` or `verifier_error`).",
-    "*accuracy*: the method's accuracy component (a registered component whose name ends in `accuracy`, "
+    "*accuracy*: the method's accuracy component (a component whose name ends in `accuracy`, or one of "
+    f"{', '.join(ACCURACY_COMPONENTS)}; "
     "or `--accuracy-component`); an episode that failed the format gate counts 0; a `verifier_error` "
     "episode counts only if the component was computed; `environment_error` episodes do not count. "
     "Methods without such a component are left out of accuracy and pass@k.",
@@ -99,7 +102,7 @@ def accuracy_component(reward_spec: dict[str, Any] | None) -> str | None:
     """The component that says whether the answer is right: the first of the method's built-ins
     and ``reward_spec.function`` entries whose name ends in ``accuracy``."""
     from rewards.methods import get_method
-    from rewards.registry import RewardSpecError
+    from rewards.registry import RewardSpecError, resolve
 
     spec = reward_spec or {}
     try:
@@ -107,8 +110,12 @@ def accuracy_component(reward_spec: dict[str, Any] | None) -> str | None:
     except RewardSpecError:
         names = []
     extra = spec.get("function") or []
-    names += [str(f).rsplit(":", 1)[-1] for f in ([extra] if isinstance(extra, str) else extra)]
-    return next((n for n in names if n.endswith("accuracy")), None)
+    for ref in [extra] if isinstance(extra, str) else extra:
+        try:
+            names += list(resolve(str(ref)).component_names)
+        except (RewardSpecError, ImportError):
+            names.append(str(ref).rsplit(":", 1)[-1])
+    return next((n for n in names if n.endswith("accuracy") or n in ACCURACY_COMPONENTS), None)
 
 
 def episode_accuracy(record: dict[str, Any], component: str | None) -> float | None:

@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from deepanalyze_env.core.errors import ConfigError
+from rewards import ACCURACY_COMPONENTS
 
 NOT_COUNTED = ("verifier_error", "environment_error")
-DEFAULT_ACCURACY = ("answer_match", "answer_parts_all", "qa_accuracy")
+DEFAULT_ACCURACY = ACCURACY_COMPONENTS
 HISTOGRAM_BINS = 10
 
 

@@ -24,6 +24,7 @@ from deepanalyze_env.core.config import ConfigError
 from deepanalyze_env.core.filters import FilterError
 from deepanalyze_env.core.models import resolve_model
 from deepanalyze_env.trainers.recipes import Recipe
+from deepanalyze_env.trainers.trl.progress import quiet_console
 from deepanalyze_env.trainers.trl.sft_data import (
     USABLE_STATUSES,
     SFTDataError,
@@ -188,6 +189,7 @@ def train_sft(recipe: Recipe, check: bool = False) -> int:
         processing_class=tokenizer,
         callbacks=[_make_callback(out)],
     )
+    quiet_console(trainer, console, "SFT")
     trainer.train()
     trainer.save_model(str(out))  # weights + config + tokenizer: a folder GRPO recipes take as `model`
     if not trainer.is_world_process_zero():

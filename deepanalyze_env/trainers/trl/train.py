@@ -27,6 +27,7 @@ from deepanalyze_env.core.row_check import BadRowsError, check_rows
 from deepanalyze_env.core.tasks import load_rows, with_task_ids
 from deepanalyze_env.trainers.curriculum import SuccessRateCurriculum
 from deepanalyze_env.trainers.recipes import Recipe
+from deepanalyze_env.trainers.trl.progress import quiet_console
 from deepanalyze_env.trainers.trl.rollout import (
     DeepAnalyzeRollout,
     RolloutStats,
@@ -279,6 +280,7 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
         rollout_func=rollout,
         callbacks=[_make_callback(rollout, out, curriculum)],
     )
+    quiet_console(trainer, console, "GRPO")
     trainer.train()
     trainer.save_model(str(out))  # the trained policy: a model folder for `eval --model` or another recipe
     if not trainer.is_world_process_zero():  # the other ranks' episodes are in their records files

@@ -1,0 +1,463 @@
+"""``deepanalyze-rl learn PIPELINE``: the learning pipeline, stage by stage, with a before/after table.
+
+Stages (each one is an ordinary command run in this process, so a user can rerun any of them
+by hand with the arguments saved in ``stages.json``):
+
+1. ``bank build`` of the pipeline's tables and families (skipped when the bank exists) and the
+   train / dev / test task files: a seeded, family-stratified sample of each split, judge-free
+   methods only unless ``env.judge`` is set;
+2. ``eval`` of the starting model on the dev tasks (``eval-base/``);
+3. ``rollout --policy scripted`` of the train tasks' reference trajectories through the env with
+   the pipeline's env config (``reference/``): the SFT data, rendered as the trainers see episodes;
+4. ``train`` of the SFT recipe on those records (``sft/``, a model folder), then ``eval-sft/``;
+5. ``train`` of the GRPO recipe from the SFT model on the train tasks (``grpo/``), then ``eval-grpo/``;
+6. ``eval`` of the last model on the test tasks, once, when the pipeline has test tasks.
+
+Why a command that chains commands rather than a recipe backend: every stage already exists as
+a command with its own output folder, resume and report; chaining them keeps one implementation
+of each, and ``stages.json`` makes the chain reproducible by hand.
+
+Resume: a finished stage is recorded in ``stages.json`` with its arguments; rerunning the
+pipeline reuses it when the arguments are unchanged, and reruns it and every later stage when
+they differ (``--fresh`` reruns everything). Evals resume episode by episode.
+
+Output: ``learn.json`` (per-stage dev metrics, stage seconds, paired comparisons, GRPO steps),
+``learn.md`` (the before/after table) and ``learn.png`` (the curve).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import shutil
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.rule import Rule
+from rich.table import Table
+
+from deepanalyze_env.cli.common import UsageError, console, make_parser
+from deepanalyze_env.core.config import ConfigError, EnvConfig
+
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass
+class EvalSettings:
+    """How every dev/test eval of the pipeline runs."""
+
+    samples: int = 1  # episodes per task (pass@k uses them)
+    max_tokens: int = 160  # tokens per policy turn
+    temperature: float = 0.0  # 0: greedy, one deterministic episode per task and model
+    concurrency: int = 2  # episodes in flight (code runs overlap generation)
+
+
+@dataclass
+class StageRecipe:
+    """A training stage: a recipe file (relative to the pipeline file) and overrides on top."""
+
+    recipe: str
+    set: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Pipeline:
+    """A ``learn`` pipeline file (``recipes/learn_cpu.yaml`` documents every key)."""
+
+    output_dir: str
+    model: str = "embedded:smollm2"
+    bank: dict[str, Any] = field(default_factory=dict)  # seed, families, tables (none: all)
+    tasks: dict[str, int] = field(default_factory=dict)  # split -> how many tasks (0: none)
+    env: dict[str, Any] = field(default_factory=dict)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    sft: StageRecipe | None = None
+    grpo: StageRecipe | None = None
+    seed: int = 0  # the task sample
+    source: str = ""
+
+    @classmethod
+    def load(cls, path: str | Path, overrides: list[str] | None = None) -> Pipeline:
+        from deepanalyze_env.trainers.recipes import apply_override
+
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"pipeline file not found: {path}")
+        tree = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(tree, dict):
+            raise ConfigError(f"{path}: a pipeline is a mapping at the top level")
+        for assignment in overrides or []:
+            apply_override(tree, assignment)
+        known = [f.name for f in fields(cls) if f.name != "source"]
+        unknown = [k for k in tree if k not in known]
+        if unknown:
+            raise ConfigError(f"{path}: unknown pipeline key {unknown[0]!r} (known: {', '.join(known)})")
+        if "output_dir" not in tree:
+            raise ConfigError(f"{path}: pipeline key 'output_dir' is required")
+        bad = [k for k in tree.get("tasks") or {} if k not in SPLITS]
+        if bad:
+            raise ConfigError(f"{path}: unknown split tasks.{bad[0]} (known: {', '.join(SPLITS)})")
+        stages = {}
+        for name in ("sft", "grpo"):
+            section = tree.get(name)
+            if section is None:
+                stages[name] = None
+                continue
+            if not isinstance(section, dict) or "recipe" not in section:
+                raise ConfigError(f"{path}: {name} needs a recipe file: {name}: {{recipe: FILE, set: {{...}}}}")
+            recipe = Path(section["recipe"])
+            if not recipe.is_absolute():
+                recipe = (path.parent / recipe).resolve()
+            if not recipe.is_file():
+                raise ConfigError(f"{path}: {name}.recipe: no such file {recipe}")
+            stages[name] = StageRecipe(str(recipe), dict(section.get("set") or {}))
+        try:
+            settings = EvalSettings(**(tree.get("eval") or {}))
+        except TypeError as exc:
+            raise ConfigError(f"{path}: eval: {exc}")
+        env = dict(tree.get("env") or {})
+        EnvConfig.from_any(env)
+        return cls(
+            output_dir=str(tree["output_dir"]),
+            model=str(tree.get("model", cls.model)),
+            bank=dict(tree.get("bank") or {}),
+            tasks={k: int(v) for k, v in (tree.get("tasks") or {}).items()},
+            env=env,
+            eval=settings,
+            sft=stages["sft"],
+            grpo=stages["grpo"],
+            seed=int(tree.get("seed", 0)),
+            source=str(path),
+        )
+
+
+# ---------------------------------------------------------------------------- tasks
+
+
+def bank_folder(bank: dict[str, Any]) -> Path:
+    """The whole bank's cache folder, or a sibling keyed by the selected families and tables."""
+    from deepanalyze_env.offline.bank.build import DEFAULT_SEED, cache_folder
+
+    seed = int(bank.get("seed", DEFAULT_SEED))
+    base = cache_folder(seed)
+    picks = {k: sorted(bank[k]) for k in ("families", "tables") if bank.get(k)}
+    if not picks:
+        return base
+    key = hashlib.sha256(json.dumps(picks, sort_keys=True).encode()).hexdigest()[:10]
+    return base.with_name(f"{base.name}-{key}")
+
+
+def needs_judge(task: dict[str, Any]) -> bool:
+    from deepanalyze_env.core.profiles import PROFILES
+
+    return PROFILES["v1"].build_plan(task["reward_spec"]).needs_judge
+
+
+def sample_tasks(tasks: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` tasks, family-stratified: families take turns, each in a seeded shuffled order."""
+    by_family: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for task in tasks:
+        by_family[str(task.get("family", ""))].append(task)
+    rng = random.Random(seed)
+    queues = []
+    for family in sorted(by_family):
+        items = list(by_family[family])
+        rng.shuffle(items)
+        queues.append(items)
+    picked: list[dict[str, Any]] = []
+    while len(picked) < n and any(queues):
+        for queue in queues:
+            if queue and len(picked) < n:
+                picked.append(queue.pop())
+    return picked
+
+
+def select_tasks(pipe: Pipeline, bank: Path, out: Path) -> dict[str, Path]:
+    """Write each split's sample into ``out/tasks/<split>.jsonl``; the files used by every stage."""
+    with_judge = bool(pipe.env.get("judge"))
+    files = {}
+    (out / "tasks").mkdir(parents=True, exist_ok=True)
+    for split in SPLITS:
+        n = pipe.tasks.get(split, 0 if split == "test" else 10**9)
+        if n <= 0:
+            continue
+        rows = [json.loads(x) for x in (bank / "tasks" / f"{split}.jsonl").read_text().splitlines() if x]
+        usable = [t for t in rows if with_judge or not needs_judge(t)]
+        chosen = sample_tasks(usable, n, pipe.seed + SPLITS.index(split))
+        if not chosen:
+            raise ConfigError(f"{pipe.source}: the bank's {split} split has no task for this pipeline")
+        path = out / "tasks" / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in chosen))
+        files[split] = path
+    return files
+
+
+# ---------------------------------------------------------------------------- stages
+
+
+class Stages:
+    """Runs commands as stages, reusing those whose arguments are unchanged (``stages.json``)."""
+
+    def __init__(self, out: Path, fresh: bool) -> None:
+        self.path = out / "stages.json"
+        self.done: dict[str, Any] = {} if fresh or not self.path.is_file() else json.loads(self.path.read_text())
+        self.seconds: dict[str, float] = {}
+        self.stale = False  # once one stage reruns, every later stage reruns too
+
+    def run(self, name: str, title: str, argv: list[str], outputs: Path | None = None) -> None:
+        from deepanalyze_env.cli import main as cli
+
+        console.print(Rule(f"[bold]{title}[/bold]"))
+        previous = self.done.get(name)
+        if not self.stale and previous and previous["argv"] == argv and (outputs is None or outputs.exists()):
+            console.print(f"reused: {name} (finished earlier with the same arguments)")
+            self.seconds[name] = previous["seconds"]
+            return
+        self.stale = True
+        if outputs is not None and outputs.exists() and not (outputs / "run.json").is_file():
+            shutil.rmtree(outputs)  # a training folder from other arguments: start it clean
+        console.print("[dim]deepanalyze-rl " + " ".join(argv) + "[/dim]", highlight=False)
+        start = time.monotonic()
+        code = cli(argv)
+        seconds = round(time.monotonic() - start, 1)
+        if code not in (0, 1) or (code == 1 and argv[0] != "eval"):
+            raise UsageError(f"stage {name} failed (exit code {code}): deepanalyze-rl {' '.join(argv)}")
+        self.seconds[name] = seconds
+        self.done[name] = {"argv": argv, "seconds": seconds}
+        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
+
+
+def eval_argv(pipe: Pipeline, model: str, tasks: Path, out: Path, config: Path) -> list[str]:
+    e = pipe.eval
+    argv = ["eval", "--model", model, "--tasks", str(tasks), "--samples", str(e.samples), "--out", str(out)]
+    argv += ["--config", str(config), "--max-tokens", str(e.max_tokens), "--temperature", str(e.temperature)]
+    argv += ["--concurrency", str(e.concurrency)]
+    return argv + (["--resume"] if (out / "run.json").is_file() else [])
+
+
+def headline(eval_dir: Path) -> dict[str, Any]:
+    overall = json.loads((eval_dir / "report.json").read_text())["overall"]
+    return {
+        "reward_mean": overall["reward_mean"],
+        "reward_ci95": overall["reward_ci95"],
+        "format_gate_pass_rate": overall["format_gate_pass_rate"],
+        "accuracy": overall["pass_at"]["1"]["value"] if "1" in overall.get("pass_at", {}) else None,
+        "episodes": overall["episodes"],
+        "status_rates": overall["status_rates"],
+    }
+
+
+def longest_trajectory(path: Path, task_ids: set[str]) -> int:
+    lines = (json.loads(x) for x in path.read_text().splitlines() if x.strip())
+    return max((len(t["turns"]) for t in lines if t["task_id"] in task_ids), default=1)
+
+
+def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
+    """Run every stage; returns the summary also written to ``learn.json``."""
+    out = Path(pipe.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stages = Stages(out, fresh)
+    start = time.monotonic()
+
+    bank = bank_folder(pipe.bank)
+    argv = ["bank", "build", "--out", str(bank)]
+    for key in ("families", "tables"):
+        if pipe.bank.get(key):
+            argv += [f"--{key}", *sorted(pipe.bank[key])]
+    if "seed" in pipe.bank:
+        argv += ["--seed", str(pipe.bank["seed"])]
+    if (bank / "manifest.json").is_file():
+        console.print(Rule("[bold]task bank[/bold]"))
+        console.print(f"reused: the bank in {bank}")
+    else:
+        stages.run("bank", "task bank (built once, then cached)", argv)
+    files = select_tasks(pipe, bank, out)
+    if "dev" not in files or "train" not in files:
+        raise ConfigError(f"{pipe.source}: a pipeline needs train and dev tasks")
+
+    env = {"workspace_root": str(bank), **pipe.env}
+    config = out / "env.yaml"
+    config.write_text(yaml.safe_dump(env))
+    train_ids = {json.loads(x)["id"] for x in files["train"].read_text().splitlines() if x}
+    reference_env = dict(env)
+    reference_env["max_turns"] = max(
+        int(env.get("max_turns", 1)), longest_trajectory(bank / "trajectories.jsonl", train_ids)
+    )
+    reference_config = out / "env-reference.yaml"
+    reference_config.write_text(yaml.safe_dump(reference_env))
+
+    dev: dict[str, dict[str, Any]] = {}
+    model, order = pipe.model, ["base"]
+    stages.run("eval_base", "dev eval: the starting model", eval_argv(pipe, model, files["dev"], out / "eval-base", config))
+    dev["base"] = headline(out / "eval-base")
+
+    if pipe.sft is not None:
+        reference = out / "reference"
+        argv = ["rollout", "--policy", "scripted", "--labels", "good"]
+        argv += ["--trajectories", str(bank / "trajectories.jsonl"), "--tasks", str(files["train"])]
+        argv += ["--config", str(reference_config), "--out", str(reference)]
+        argv += ["--keep", 'reward_status == "scored" and format_ok']
+        argv += ["--resume"] if (reference / "run.json").is_file() else []
+        stages.run("reference", "SFT data: the train tasks' reference episodes through the env", argv)
+        sft_dir = out / "sft"
+        argv = ["train", pipe.sft.recipe, f"output_dir={sft_dir}", f"model={model}"]
+        argv += [f"data=[{reference / 'kept.jsonl'}]"] + [f"{k}={v}" for k, v in pipe.sft.set.items()]
+        stages.run("sft", "SFT warm start", argv, sft_dir)
+        model = str(sft_dir)
+        stages.run("eval_sft", "dev eval: after SFT", eval_argv(pipe, model, files["dev"], out / "eval-sft", config))
+        dev["sft"] = headline(out / "eval-sft")
+        order.append("sft")
+
+    grpo_steps: list[dict[str, Any]] = []
+    if pipe.grpo is not None:
+        grpo_dir = out / "grpo"
+        argv = ["train", pipe.grpo.recipe, f"output_dir={grpo_dir}", f"model={model}"]
+        argv += [f"data=[{files['train']}]", f"env={json.dumps(env)}"]
+        argv += [f"{k}={v}" for k, v in pipe.grpo.set.items()]
+        stages.run("grpo", "GRPO", argv, grpo_dir)
+        model = str(grpo_dir)
+        stages.run("eval_grpo", "dev eval: after GRPO", eval_argv(pipe, model, files["dev"], out / "eval-grpo", config))
+        dev["grpo"] = headline(out / "eval-grpo")
+        order.append("grpo")
+        metrics = grpo_dir / "metrics.jsonl"
+        if metrics.is_file():
+            grpo_steps = [
+                {k: s.get(k) for k in ("step", "reward_mean", "components", "status_counts", "rollout_seconds")}
+                for s in map(json.loads, filter(str.strip, metrics.read_text().splitlines()))
+            ]
+
+    test = None
+    if "test" in files:
+        stages.run("eval_test", "test eval: the last model, once", eval_argv(pipe, model, files["test"], out / "eval-test", config))
+        test = headline(out / "eval-test")
+
+    summary = {
+        "pipeline": pipe.source,
+        "model": model,
+        "bank": str(bank),
+        "task_files": {k: str(v) for k, v in files.items()},
+        "tasks": {k: len(v.read_text().splitlines()) for k, v in files.items()},
+        "dev": dev,
+        "test": test,
+        "comparisons": compare_stages(out, order),
+        "grpo_steps": grpo_steps,
+        "seconds": stages.seconds | {"total": round(time.monotonic() - start, 1)},
+    }
+    (out / "learn.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "learn.md").write_text(markdown(summary))
+    plot(summary, out / "learn.png")
+    return summary
+
+
+def compare_stages(out: Path, order: list[str]) -> dict[str, Any]:
+    """Paired per-task comparisons of each stage with the one before it (dev)."""
+    from deepanalyze_env.core.records import load_run
+    from deepanalyze_env.offline.eval_report import compare_runs
+
+    result = {}
+    for a, b in zip(order, order[1:], strict=False):
+        runs = [load_run(out / f"eval-{name}").records for name in (a, b)]
+        result[f"{a}->{b}"] = compare_runs(*runs)["metrics"]
+    return result
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def _f(value: Any) -> str:
+    return "–" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def table(summary: dict[str, Any]) -> Table:
+    t = Table(title="dev set, before and after training", title_justify="left")
+    for name, justify in (("stage", "left"), ("episodes", "right"), ("format gate", "right")):
+        t.add_column(name, justify=justify)
+    for name in ("reward", "reward 95% CI", "accuracy"):
+        t.add_column(name, justify="right")
+    for stage, m in summary["dev"].items():
+        ci = f"{_f(m['reward_ci95'][0])} … {_f(m['reward_ci95'][1])}" if m.get("reward_ci95") else "–"
+        t.add_row(stage, str(m["episodes"]), _f(m["format_gate_pass_rate"]), _f(m["reward_mean"]), ci, _f(m["accuracy"]))
+    return t
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    lines = ["| stage | episodes | format gate | reward | reward 95% CI | accuracy (pass@1) |", "|---|---|---|---|---|---|"]
+    for stage, m in summary["dev"].items():
+        ci = f"{_f(m['reward_ci95'][0])} … {_f(m['reward_ci95'][1])}" if m.get("reward_ci95") else "–"
+        lines.append(
+            f"| {stage} | {m['episodes']} | {_f(m['format_gate_pass_rate'])} | {_f(m['reward_mean'])} | {ci} "
+            f"| {_f(m['accuracy'])} |"
+        )
+    for pair, metrics in summary["comparisons"].items():
+        r = metrics["reward"]
+        ci = f"{_f(r['diff_ci95'][0])} … {_f(r['diff_ci95'][1])}" if r.get("diff_ci95") else "–"
+        lines.append(f"\n{pair}: paired reward difference {_f(r['mean_diff'])} (95% CI {ci}, {r.get('n')} tasks)")
+    lines.append("\nStage seconds: " + ", ".join(f"{k} {v}" for k, v in summary["seconds"].items()))
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict[str, Any], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    stages = list(summary["dev"])
+    x = list(range(len(stages)))
+    for key, label in (("reward_mean", "reward"), ("format_gate_pass_rate", "format gate"), ("accuracy", "accuracy")):
+        values = [summary["dev"][s][key] for s in stages]
+        left.plot(x, [v if v is not None else float("nan") for v in values], marker="o", label=label)
+    left.set_xticks(x, stages)
+    left.set_ylim(-1.05, 1.05)
+    left.set_title("dev set per stage")
+    left.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    steps = summary["grpo_steps"]
+    if steps:
+        xs = [s["step"] for s in steps]
+        right.plot(xs, [s["reward_mean"] for s in steps], marker="o", linewidth=2, label="reward (trained)")
+        for name in sorted({n for s in steps for n in s["components"]}):
+            right.plot(xs, [s["components"].get(name) for s in steps], marker=".", alpha=0.8, label=name)
+        right.legend(fontsize=8)
+    right.set_title("GRPO training reward per step")
+    right.set_xlabel("step")
+    right.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------- command
+
+
+def add_parser(sub: Any) -> None:
+    p = make_parser(
+        sub,
+        "learn",
+        "the learning pipeline: dev eval → SFT warm start → dev eval → GRPO → dev eval",
+        "deepanalyze-rl learn recipes/learn_cpu.yaml eval.samples=2",
+    )
+    p.add_argument("pipeline", metavar="PIPELINE", help="pipeline YAML (recipes/learn_cpu.yaml)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. tasks.dev=20")
+    p.add_argument("--fresh", action="store_true", help="rerun every stage (default: reuse finished ones)")
+    p.set_defaults(func=cmd_learn)
+
+
+def cmd_learn(args: argparse.Namespace) -> int:
+    pipe = Pipeline.load(args.pipeline, args.overrides)
+    summary = run_pipeline(pipe, fresh=args.fresh)
+    console.print(Rule("[bold]result[/bold]"))
+    console.print(table(summary))
+    for pair, metrics in summary["comparisons"].items():
+        r = metrics["reward"]
+        ci = f"{_f(r['diff_ci95'][0])} … {_f(r['diff_ci95'][1])}" if r.get("diff_ci95") else "–"
+        console.print(f"{pair}: paired reward difference {_f(r['mean_diff'])} (95% CI {ci})")
+    out = Path(pipe.output_dir)
+    console.print(f"run folder: {out} (learn.json, learn.md, learn.png, stages.json, one folder per stage)")
+    return 0
