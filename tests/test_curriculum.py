@@ -181,3 +181,19 @@ def test_settings_parse_into_the_documented_fields():
     assert config.prior == (2.0, 3.0)
     assert config.accuracy_components == ("answer_match",)
     assert config.seed == 4
+
+
+def test_state_dict_restores_estimates_and_draws_by_task_id():
+    """A checkpoint's state: estimates and the draw generator; tasks are matched by id, so a task
+    new to the resumed run keeps the prior and one no longer trained is dropped."""
+    first = SuccessRateCurriculum(["a", "b", "gone"], PLAIN, seed=5)
+    first.observe(group("a", 3, 0) + group("b", 0, 2) + group("gone", 1, 1))
+    state = json.loads(json.dumps(first.state_dict()))  # what a checkpoint file round-trips
+    expected = first.draw(2)
+    resumed = SuccessRateCurriculum(["b", "a", "new"], PLAIN, seed=99)
+    resumed.load_state_dict(state)
+    assert resumed.estimate("a") == pytest.approx(4 / 5) and resumed.estimate("b") == pytest.approx(1 / 4)
+    assert resumed.estimate("new") == 0.5 and resumed.tasks[1].episodes == 3
+    again = SuccessRateCurriculum(["a", "b", "gone"], PLAIN, seed=99)
+    again.load_state_dict(state)
+    assert again.draw(2) == expected  # same tasks, same generator state: same draws

@@ -267,6 +267,31 @@ class SuccessRateCurriculum:
         curriculum.observe_records(run.records)
         return curriculum
 
+    # -- checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        """Estimates and the draw generator's state, so a resumed run draws as the first would have
+        (SkyRL saves it with its dataloader checkpoint)."""
+        return {
+            "task_ids": list(self.task_ids),
+            "tasks": [[t.alpha, t.beta, t.episodes] for t in self.tasks],
+            "rng": self.rng.getstate(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a ``state_dict``; tasks are matched by id (tasks new to this run keep the prior,
+        tasks gone from it are dropped), so a resumed run may change its data a little."""
+        saved = dict(zip(state["task_ids"], state["tasks"], strict=True))
+        for task_id, task in zip(self.task_ids, self.tasks, strict=True):
+            if task_id in saved:
+                task.alpha, task.beta, task.episodes = (
+                    float(saved[task_id][0]),
+                    float(saved[task_id][1]),
+                    int(saved[task_id][2]),
+                )
+        rng = state["rng"]
+        self.rng.setstate((rng[0], tuple(rng[1]), rng[2]))
+
     # -- estimates and weights
 
     def estimate(self, task_id: str) -> float:

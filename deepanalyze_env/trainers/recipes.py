@@ -5,7 +5,7 @@ overrides on top.
 ``backend: trl-sft`` is the SFT warm start: ``data`` names episode records (files or run
 folders), ``sft`` selects them (``keep``, ``statuses``) and ``trl`` holds ``SFTConfig`` settings.
 
-``curriculum: {kind: success_rate, …}`` (off unless set; ``backend: trl`` only so far) samples
+``curriculum: {kind: success_rate, …}`` (off unless set; backends ``trl`` and ``skyrl``) samples
 tasks by their success estimate (``trainers/curriculum.py`` documents every field).
 
 Overrides use dotted keys (``env.judge.base_url=http://…``) and YAML scalars (``max_steps=2``).
@@ -40,6 +40,7 @@ TOP_LEVEL = (
 ROLLOUT_KEYS = ("max_turn_tokens", "score_truncated", "env_workers")
 SFT_KEYS = ("keep", "statuses")
 BACKENDS = ("trl", "skyrl", "trl-sft")
+CURRICULUM_BACKENDS = ("trl", "skyrl")
 
 
 @dataclass
@@ -113,8 +114,11 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     curriculum = None
     if tree.get("curriculum") is not None:
         curriculum = CurriculumConfig.from_mapping(tree["curriculum"], str(path))
-        if tree["backend"] != "trl":
-            raise ConfigError(f"{path}: curriculum is supported on backend trl only (got {tree['backend']})")
+        if tree["backend"] not in CURRICULUM_BACKENDS:
+            raise ConfigError(
+                f"{path}: curriculum is supported on backends {' and '.join(CURRICULUM_BACKENDS)} "
+                f"(got {tree['backend']}: it samples GRPO groups)"
+            )
     env = dict(tree.get("env") or {})
     EnvConfig.from_any(env)
     try:

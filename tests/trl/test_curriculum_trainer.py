@@ -58,7 +58,7 @@ def test_curriculum_is_off_unless_set(tmp_path):
     [
         ({"curriculum": {"kind": "success_rate", "flor": 0.1}}, r"unknown key curriculum\.flor"),
         ({"curriculum": {"kind": "uniform"}}, "kind must be success_rate"),
-        ({"backend": "skyrl", "curriculum": {"kind": "success_rate"}}, "backend trl only"),
+        ({"backend": "trl-sft", "curriculum": {"kind": "success_rate"}}, "backends trl and skyrl"),
     ],
 )
 def test_bad_curriculum_section_is_a_one_line_error(tmp_path, tree, message):

@@ -6,7 +6,9 @@ optional extra, so only the modules below import it, and only when the entrypoin
 - ``config``: SkyRL's strict config tree extended with our env section and run options.
 - ``advantage``: the ``deepanalyze_grpo`` estimator (rows with an empty mask neither train nor
   set their group's baseline).
-- ``trainer``: the trainer subclass that turns env statuses into those empty masks.
+- ``trainer``: the trainer subclass that turns env statuses into those empty masks (and runs the
+  curriculum through SkyRL's train-dataloader hook).
+- ``curriculum``: the success-rate curriculum as SkyRL's train batch sampler, fed by the generator.
 - ``entrypoint``: the experiment, the Ray task that registers everything, and ``main``.
 """
 

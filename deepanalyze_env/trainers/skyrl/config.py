@@ -74,6 +74,10 @@ class AdapterConfig(BaseConfig):
     (scored without a judge) and length-stopped episodes are not counted."""
     outage_batches: int = 3
     """Stop the run after this many such batches in a row; 0 never stops."""
+    curriculum: dict[str, Any] | None = None
+    """The success-rate curriculum (the recipe's ``curriculum`` section: ``kind: success_rate``
+    and the fields of ``trainers.curriculum.CurriculumConfig``); None (the default) samples
+    prompts as SkyRL does."""
 
 
 @dataclass
@@ -136,12 +140,40 @@ def parse_config(overrides: list[str] | dict[str, Any]) -> DeepAnalyzeSkyRLConfi
             "deepanalyze.score_truncated=true needs generator.apply_overlong_filtering=false "
             "(the filter would mask those episodes before they could be scored)"
         )
+    _curriculum(cfg, user)
     if cfg.generator.step_wise_trajectories:
         raise ConfigError(
             "generator.step_wise_trajectories=true is not supported: this env appends observations "
             "inside one assistant turn (generator.use_conversation_multi_turn=false)"
         )
     return cfg
+
+
+def _curriculum(cfg: DeepAnalyzeSkyRLConfig, user: list[str]) -> None:
+    """Validate ``deepanalyze.curriculum`` (one-line errors) and store it normalised: every field,
+    ``from_records`` absolute (the trainer runs in a Ray task with another working directory).
+    The curriculum draws each batch when the trainer asks for it, so the train dataloader runs
+    in-process: dataloader workers, which would prefetch batches drawn before the last step's
+    outcomes were in, are refused rather than silently dropped."""
+    from deepanalyze_env.trainers.skyrl.curriculum import as_mapping, curriculum_config
+
+    tree = cfg.deepanalyze.curriculum
+    if tree is not None and not isinstance(tree, dict):
+        raise ConfigError("deepanalyze.curriculum must be a mapping with kind: success_rate")
+    config = curriculum_config(tree)
+    if config is None:
+        return
+    if config.from_records:
+        config.from_records = _absolute(config.from_records)
+    cfg.deepanalyze.curriculum = as_mapping(config)
+    given = OmegaConf.from_cli(user)
+    workers = OmegaConf.select(given, "data.dataloader.num_workers") or 0
+    if int(workers) > 0 or OmegaConf.select(given, "data.dataloader.persistent_workers"):
+        raise ConfigError(
+            "deepanalyze.curriculum draws each batch when the trainer asks for it, so the train "
+            "dataloader runs in the trainer's process: drop data.dataloader.num_workers / "
+            "persistent_workers (workers would prefetch batches drawn before the last step's outcomes)"
+        )
 
 
 def _stops_at_the_tags(key: str, stop: list[str] | None) -> None:

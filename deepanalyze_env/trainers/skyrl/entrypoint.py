@@ -140,6 +140,33 @@ def check_rows(cfg: DeepAnalyzeSkyRLConfig) -> int:
     return check_data(sources, cfg.environment.skyrl_gym.deepanalyze)
 
 
+def check_curriculum(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, Any] | None:
+    """With ``deepanalyze.curriculum`` set: the training rows' task ids are unique, a batch fits
+    in them and ``from_records`` loads — checked before Ray starts. Returns what ``--check``
+    prints (None when the curriculum is off). SkyRL may still drop over-long prompts; the trainer
+    builds the curriculum over the tasks it keeps."""
+    from deepanalyze_env.core.row_check import is_local_data, read_rows
+    from deepanalyze_env.core.tasks import with_task_ids
+    from deepanalyze_env.trainers.skyrl.curriculum import build_curriculum, curriculum_config
+
+    config = curriculum_config(cfg.deepanalyze.curriculum)
+    if config is None:
+        return None
+    if not all(is_local_data(d) for d in cfg.data.train_data):
+        log.warning("deepanalyze.curriculum: hub datasets are checked when the trainer loads them")
+        return {"kind": config.kind, "tasks": None}
+    rows = with_task_ids([r for source in cfg.data.train_data for r in read_rows(source)])
+    task_ids = [str(r["task_id"]) for r in rows]
+    curriculum = build_curriculum(config, task_ids, cfg.trainer.seed)
+    if cfg.trainer.train_batch_size > len(task_ids):
+        raise ConfigError(
+            f"deepanalyze.curriculum: trainer.train_batch_size={cfg.trainer.train_batch_size} is larger "
+            f"than the {len(task_ids)} training tasks (each batch holds distinct tasks)"
+        )
+    seeded = sum(t.episodes for t in curriculum.tasks)
+    return {"kind": config.kind, "tasks": len(task_ids), "seeded_episodes": seeded}
+
+
 def summary(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, Any]:
     import dataclasses
 
@@ -156,6 +183,7 @@ def summary(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, Any]:
         "use_conversation_multi_turn": cfg.generator.use_conversation_multi_turn,
         "apply_overlong_filtering": cfg.generator.apply_overlong_filtering,
         "score_truncated": cfg.deepanalyze.score_truncated,
+        "curriculum": cfg.deepanalyze.curriculum,
         ENV_SECTION: dataclasses.asdict(cfg.environment.skyrl_gym.deepanalyze),
     }
 
@@ -176,13 +204,17 @@ def main(argv: list[str] | None = None) -> int:
         check_tokenizer(cfg)
         check_config(cfg)
         rows = check_rows(cfg)
+        curriculum = check_curriculum(cfg)
     except ConfigError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
     if args.check:
         import json
 
-        sys.stdout.write(json.dumps({**summary(cfg), "rows_checked": rows}, indent=2, default=str) + "\n")
+        shown = {**summary(cfg), "rows_checked": rows}
+        if curriculum is not None:
+            shown["curriculum_check"] = curriculum
+        sys.stdout.write(json.dumps(shown, indent=2, default=str) + "\n")
         return 0
     from skyrl.train.utils.utils import initialize_ray
 

@@ -15,10 +15,12 @@ the entrypoint then runs as ``python -m deepanalyze_env.trainers.skyrl`` with th
 | rollout.max_turn_tokens | generator.sampling_params.max_generate_length |
 | rollout.score_truncated | deepanalyze.score_truncated (and the overlong filter off) |
 | rollout.env_workers | environment.skyrl_gym.max_env_workers |
+| curriculum.* | deepanalyze.curriculum.* (every field, validated again by the entrypoint) |
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import subprocess
@@ -87,6 +89,9 @@ def overrides(recipe: Recipe, train_data: list[str]) -> dict[str, Any]:
         result["generator.apply_overlong_filtering"] = False
     if "env_workers" in rollout:
         result["environment.skyrl_gym.max_env_workers"] = rollout["env_workers"]
+    if recipe.curriculum is not None:
+        for key, value in dataclasses.asdict(recipe.curriculum).items():
+            result[f"deepanalyze.curriculum.{key}"] = list(value) if isinstance(value, tuple) else value
     result.update(flatten(recipe.skyrl))  # SkyRL's own settings win
     return result
 

@@ -9,7 +9,12 @@
    where the loss mask is all zero, which is how ``deepanalyze_grpo`` knows to leave those rows
    out of the group baseline (see ``advantage``). The real mask is put back afterwards.
 
-Counts of excluded rows go to the step's metrics under ``deepanalyze/``.
+3. With ``deepanalyze.curriculum`` set, the success-rate curriculum chooses the prompts
+   (``_build_train_dataloader_and_compute_training_steps``, SkyRL's hook for the train
+   dataloader) and learns from every generation (``generate``); see ``curriculum``.
+
+Counts of excluded rows go to the step's metrics under ``deepanalyze/``, the curriculum's under
+``deepanalyze/curriculum/``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import logging
 from typing import Any
 
 from skyrl.train.trainer import RayPPOTrainer
+
+from deepanalyze_env.trainers.skyrl import curriculum as cur
 
 log = logging.getLogger(__name__)
 
@@ -45,21 +52,30 @@ def _set_final_reward(reward: Any, value: float) -> Any:
     return value
 
 
-def exclude_rows(generator_output: dict[str, Any], score_truncated: bool) -> dict[str, int]:
-    """Apply the verdicts in place; returns how many rows each verdict got.
-
-    A row the env finished whose last turn still ran out of tokens was already masked by SkyRL's
-    overlong filter (``generator.apply_overlong_filtering``): it counts as ``length`` too.
-    """
-    env_metrics = generator_output.get("env_metrics") or [None] * len(generator_output["loss_masks"])
-    stop_reasons = generator_output.get("stop_reasons") or ["stop"] * len(env_metrics)
-    counts = {"train": 0, "infra": 0, "length": 0, "length_scored": 0, "gate_failed": 0}
+def row_verdicts(generator_output: dict[str, Any], score_truncated: bool) -> list[str]:
+    """``row_verdict`` of every row. A row the env finished whose last turn still ran out of tokens
+    was already masked by SkyRL's overlong filter (``generator.apply_overlong_filtering``): it
+    counts as ``length`` too."""
     masks = generator_output["loss_masks"]
-    rewards = generator_output["rewards"]
+    env_metrics = generator_output.get("env_metrics") or [None] * len(masks)
+    stop_reasons = generator_output.get("stop_reasons") or ["stop"] * len(env_metrics)
+    verdicts = []
     for i, metrics in enumerate(env_metrics):
         verdict = row_verdict(metrics, score_truncated)
         if verdict == "train" and stop_reasons[i] != "stop" and not any(masks[i]):
             verdict = "length"  # SkyRL's overlong filter masked it
+        verdicts.append(verdict)
+    return verdicts
+
+
+def exclude_rows(generator_output: dict[str, Any], score_truncated: bool) -> dict[str, int]:
+    """Apply the verdicts in place; returns how many rows each verdict got."""
+    env_metrics = generator_output.get("env_metrics") or [None] * len(generator_output["loss_masks"])
+    counts = {"train": 0, "infra": 0, "length": 0, "length_scored": 0, "gate_failed": 0}
+    masks = generator_output["loss_masks"]
+    rewards = generator_output["rewards"]
+    for i, verdict in enumerate(row_verdicts(generator_output, score_truncated)):
+        metrics = env_metrics[i]
         counts[verdict] += 1
         if verdict == "train" and (metrics or {}).get("format_ok", 1.0) == 0.0:
             counts["gate_failed"] += 1  # scored without any judge: says nothing about an outage
@@ -71,9 +87,44 @@ def exclude_rows(generator_output: dict[str, Any], score_truncated: bool) -> dic
 
 
 class DeepAnalyzeTrainer(RayPPOTrainer):
+    curriculum = None  # a SuccessRateCurriculum when deepanalyze.curriculum is set
+
+    def _build_train_dataloader_and_compute_training_steps(self):
+        config = cur.curriculum_config(getattr(getattr(self.cfg, "deepanalyze", None), "curriculum", None))
+        if config is None or self.train_dataset is None:
+            return super()._build_train_dataloader_and_compute_training_steps()
+        seed = config.seed if config.seed is not None else self.cfg.trainer.seed
+        self.curriculum = cur.build_curriculum(config, cur.dataset_task_ids(self.train_dataset), seed)
+        self.train_dataloader = cur.curriculum_dataloader(self.cfg, self.train_dataset, self.curriculum)
+        # SkyRL's own count (len(dataloader) batches an epoch), capped by max_training_steps
+        self.total_training_steps = len(self.train_dataloader) * self.cfg.trainer.epochs
+        if self.cfg.trainer.max_training_steps is not None:
+            self.total_training_steps = min(self.total_training_steps, self.cfg.trainer.max_training_steps)
+        log.info(
+            "curriculum: %d tasks, %d batches of %d an epoch%s",
+            len(self.curriculum.task_ids),
+            len(self.train_dataloader),
+            self.cfg.trainer.train_batch_size,
+            f", seeded from {config.from_records}" if config.from_records else "",
+        )
+
+    async def generate(self, input_batch):
+        generator_output = await super().generate(input_batch)
+        if self.curriculum is not None:
+            groups = [t.instance_id for t in input_batch["trajectory_ids"]]
+            verdicts = row_verdicts(generator_output, self._score_truncated())
+            self.curriculum.observe(
+                cur.outcomes_of(generator_output, groups, self.curriculum.task_ids, verdicts)
+            )
+        return generator_output
+
+    def _score_truncated(self) -> bool:
+        return bool(getattr(getattr(self.cfg, "deepanalyze", None), "score_truncated", False))
+
     def postprocess_generator_output(self, generator_output, uids, *args, **kwargs):
-        adapter = getattr(self.cfg, "deepanalyze", None)
-        counts = exclude_rows(generator_output, bool(getattr(adapter, "score_truncated", False)))
+        if self.curriculum is not None:  # once a step, after every generation of the step
+            self.all_metrics.update(cur.step_metrics(self.curriculum.drain()))
+        counts = exclude_rows(generator_output, self._score_truncated())
         total = max(1, sum(counts[k] for k in ("train", "infra", "length", "length_scored")))
         live = sum(1 for mask in generator_output["loss_masks"] if sum(mask) > 0)  # after every filter
         self.all_metrics.update(
