@@ -326,3 +326,18 @@ def test_recover_refuses_to_overwrite(run_dir, workspace_root, tmp_path, capsys)
     out.write_text("keep me\n")
     assert recover_cli(run_dir, out, workspace_root) == 2
     assert out.read_text() == "keep me\n" and "exists" in capsys.readouterr().out
+
+
+def test_recover_can_weight_the_recovery_component(run_dir, workspace_root, tmp_path):
+    out = tmp_path / "recover.jsonl"
+    args = ("--keep", 'episode_id == "good"', "--recovery-weight", "0.5")
+    assert recover_cli(run_dir, out, workspace_root, *args) == 0
+    [row] = read_rows(out).values()
+    assert row["reward_spec"] == {
+        **SPEC,
+        "function": ["answer_match", "recovery"],
+        "weights": {"recovery": 0.5},
+    }
+    result = play(workspace_root, env_extras(row), [FAIL, BEST, ANSWER])
+    assert result["reward_components"] == {"answer_match": 1.0, "recovery": 0.0}
+    assert result["reward"] == pytest.approx(1.0 / 1.5)  # by hand: (1·1 + 0.5·0) / (1 + 0.5)

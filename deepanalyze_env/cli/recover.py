@@ -42,6 +42,12 @@ def add_parser(sub: Any) -> None:
         default="all",
         help="a row per failed cell (all, default) or only the episode's first failure",
     )
+    p.add_argument(
+        "--recovery-weight",
+        type=float,
+        metavar="W",
+        help="add the recovery component to every row's reward_spec at this weight (0: reported only)",
+    )
     add_shared_flags(p)
     p.set_defaults(func=cmd_recover)
 
@@ -58,6 +64,8 @@ def cmd_recover(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out} exists; choose a new file (nothing is overwritten)")
     if not out.parent.is_dir():
         raise UsageError(f"--out {out}: no such folder {out.parent}")
+    if args.recovery_weight is not None and not (0 <= args.recovery_weight < float("inf")):
+        raise UsageError("--recovery-weight must be a finite number >= 0")
     keep = None
     if args.keep:
         try:
@@ -80,11 +88,18 @@ def cmd_recover(args: argparse.Namespace) -> int:
             progress.update(
                 bar,
                 total=report.cuts,
-                completed=len(report.rows) + report.skipped,
+                completed=report.done,
                 info=f"{len(report.rows)} reproduced, {report.skipped} not",
             )
 
-        report = recover(run.records, config, keep=keep, mode=args.cuts, on_cut=on_cut)
+        report = recover(
+            run.records,
+            config,
+            keep=keep,
+            mode=args.cuts,
+            recovery_weight=args.recovery_weight,
+            on_cut=on_cut,
+        )
     write_jsonl_atomic(out, report.rows)
 
     table = Table(title=f"recover: {source}", show_header=False)
@@ -96,6 +111,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
     table.add_row("not scored (left out)", str(report.not_scored))
     table.add_row("scored without a failed cell", str(report.no_failure))
     table.add_row("records whose turns cannot be found", str(len(report.unusable)))
+    table.add_row("skipped: reward spec does not build", str(len(report.bad_spec)))
     table.add_row("failed cells (cuts)", str(report.cuts))
     table.add_row("skipped: not reproducible", str(report.skipped))
     by_status = ", ".join(f"{k} {v}" for k, v in sorted(status_counts(report).items()))
@@ -103,6 +119,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
     console.print(table)
     for title, reasons in (
         ("not reproducible", report.not_reproducible),
+        ("bad reward spec", report.bad_spec),
         ("unusable record", report.unusable),
     ):
         for reason in reasons[:SHOWN_REASONS]:

@@ -18,6 +18,7 @@ new prefix holds the old one.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -28,12 +29,15 @@ from deepanalyze_env import ENV_ID
 from deepanalyze_env.core.config import ConfigError, EnvConfig
 from deepanalyze_env.core.env import load_system_prompt, replay_prefix
 from deepanalyze_env.core.prefix import OBSERVATION_HEAD
+from deepanalyze_env.core.profiles import PROFILES
 from deepanalyze_env.core.tasks import DATA_SOURCE
+from rewards import RewardSpecError
 from tools.kernel import KernelError
 
 log = logging.getLogger(__name__)
 
 FAILED_STATUSES = ("error", "timeout")  # a cell the policy must recover from
+RECOVERY = "recovery"  # the reward component (rewards/recovery.py)
 CutMode = Literal["all", "first"]
 
 
@@ -61,10 +65,16 @@ class RecoverReport:
     unusable: list[str] = field(default_factory=list)  # records whose turns cannot be located
     cuts: int = 0
     not_reproducible: list[str] = field(default_factory=list)  # one reason per skipped cut
+    bad_spec: list[str] = field(default_factory=list)  # cuts whose reward spec builds no plan here
 
     @property
     def skipped(self) -> int:
         return len(self.not_reproducible)
+
+    @property
+    def done(self) -> int:
+        """Cuts handled so far (written or skipped)."""
+        return len(self.rows) + len(self.not_reproducible) + len(self.bad_spec)
 
 
 def strip_system_prompt(prompt: list[dict[str, Any]], system_prompt: str | None) -> list[dict[str, Any]]:
@@ -127,11 +137,28 @@ def cuts_of(record: dict[str, Any], *, mode: CutMode = "all", system_prompt: str
     return cuts
 
 
-def recovery_row(record: dict[str, Any], cut: Cut) -> dict[str, Any]:
-    """The dataset row of a cut: the parent's task fields, its ``prefix`` and its ``lineage``."""
+def with_recovery(spec: Any, weight: float) -> dict[str, Any]:
+    """``spec`` plus the ``recovery`` component at ``weight`` (0: reported, not in the reward)."""
+    spec = dict(spec or {})
+    refs = spec.get("function") or []
+    refs = [refs] if isinstance(refs, str) else list(refs)
+    if RECOVERY not in refs:
+        refs.append(RECOVERY)
+    spec["function"] = refs
+    spec["weights"] = {**(spec.get("weights") or {}), RECOVERY: float(weight)}
+    return spec
+
+
+def recovery_row(record: dict[str, Any], cut: Cut, recovery_weight: float | None = None) -> dict[str, Any]:
+    """The dataset row of a cut: the parent's task fields, its ``prefix`` and its ``lineage``;
+    with ``recovery_weight`` the reward spec also weights the ``recovery`` component."""
     parent_task = cut.task_id if cut.task_id is not None else "task"
     task_id = f"{parent_task}/recover/{cut.episode_id}/turn{cut.cut_turn}"
     spec = record.get("reward_spec")
+    if isinstance(spec, str):  # a Parquet-born row may have carried it as JSON text
+        spec = json.loads(spec)
+    if recovery_weight is not None:
+        spec = with_recovery(spec, recovery_weight)
     return {
         "prompt": cut.prompt,
         "env_class": ENV_ID,
@@ -162,13 +189,16 @@ def recover(
     *,
     keep: Callable[[dict[str, Any]], bool] | None = None,
     mode: CutMode = "all",
+    recovery_weight: float | None = None,
     on_cut: Callable[[RecoverReport], None] | None = None,
 ) -> RecoverReport:
     """Recovery rows from ``records``, each checked by replaying its prefix in a real kernel.
 
     ``env_config`` must be the one the records were collected with (``workspace_root``,
     ``stateful_cells``, executor limits, ``profile``, ``system_prompt``): the replay runs under
-    it and compares outputs byte for byte. ``on_cut`` is called after each replay (progress).
+    it and compares outputs byte for byte. ``recovery_weight`` adds the ``recovery`` component
+    to every row's reward spec at that weight (a spec that cannot take it makes the row
+    skipped and reported in ``bad_spec``). ``on_cut`` is called after each replay (progress).
     A kernel fault during a replay counts the row as not reproducible, with the fault as reason.
     """
     config = EnvConfig.from_any(env_config)
@@ -192,8 +222,18 @@ def recover(
             report.no_failure += 1
         pending += [(record, cut) for cut in cuts]
     report.cuts = len(pending)
+    profile = PROFILES.get(config.profile)
+    if profile is None:
+        raise ConfigError(f"env_config.profile must be one of {', '.join(PROFILES)}, got {config.profile!r}")
     for record, cut in pending:
-        row = recovery_row(record, cut)
+        row = recovery_row(record, cut, recovery_weight)
+        try:
+            profile.build_plan(row["reward_spec"] or {})
+        except RewardSpecError as exc:
+            report.bad_spec.append(f"{row['task_id']}: {exc}")
+            if on_cut is not None:
+                on_cut(report)
+            continue
         try:
             mismatch = replay_prefix(config, row)
         except ConfigError as exc:
