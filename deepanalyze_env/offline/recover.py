@@ -23,7 +23,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from deepanalyze_env import ENV_ID
 from deepanalyze_env.core.config import ConfigError, EnvConfig
@@ -39,6 +39,15 @@ log = logging.getLogger(__name__)
 FAILED_STATUSES = ("error", "timeout")  # a cell the policy must recover from
 RECOVERY = "recovery"  # the reward component (rewards/recovery.py)
 CutMode = Literal["all", "first"]
+
+
+class Lineage(TypedDict):
+    """A recovery row's ``lineage`` column: where its starting point was cut from."""
+
+    parent_episode_id: str
+    parent_task_id: str | None
+    cut_turn: int  # policy turns in the prefix (the failed cell is this turn of the parent)
+    failed_status: str  # "error" | "timeout"
 
 
 @dataclass(frozen=True)
@@ -174,12 +183,12 @@ def recovery_row(record: dict[str, Any], cut: Cut, recovery_weight: float | None
             "parent_task_id": cut.task_id,
         },
         "prefix": cut.prefix,
-        "lineage": {
-            "parent_episode_id": cut.episode_id,
-            "parent_task_id": cut.task_id,
-            "cut_turn": cut.cut_turn,
-            "failed_status": cut.status,
-        },
+        "lineage": Lineage(
+            parent_episode_id=cut.episode_id,
+            parent_task_id=cut.task_id,
+            cut_turn=cut.cut_turn,
+            failed_status=cut.status,
+        ),
     }
 
 
