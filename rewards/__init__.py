@@ -5,6 +5,7 @@ from __future__ import annotations
 from rewards import answers as _answers  # noqa: F401  (answer_match, answer_parts)
 from rewards import components as _components  # noqa: F401  (registers the built-ins)
 from rewards import files as _files  # noqa: F401  (file_match)
+from rewards import recovery as _recovery  # noqa: F401  (recovery)
 from rewards.answers import ACCURACY_COMPONENTS
 from rewards.methods import Method, get_method, register_method
 from rewards.plan import RewardContext, RewardOutcome, RewardPlan

@@ -60,6 +60,12 @@ class RewardContext:
     """The row's whole reward spec (for per-task options such as tolerances)."""
     judge: Any = None
     """The episode's judge session, or None when the plan needs no judge."""
+    exec_statuses: list[str] = field(default_factory=list)
+    """Per code turn: its exec status (``ok``, ``error``, ``timeout``, ``crashed``, ``no_code``,
+    ``skipped``)."""
+    prefix_turns: int = 0
+    """Policy turns of the row's ``prefix`` (a recovery task); 0 for an ordinary row. Every other
+    field covers only the turns after the prefix (``messages`` excepted: the whole conversation)."""
 
     def kwargs_for(self, fn: RewardFunction) -> dict[str, Any]:
         return {name: getattr(self, name) for name in fn.params}

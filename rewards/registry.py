@@ -25,6 +25,8 @@ CONTEXT_FIELDS = frozenset(
         "workspace",
         "reward_spec",
         "judge",
+        "exec_statuses",
+        "prefix_turns",
     }
 )
 

@@ -15,6 +15,7 @@ COMMANDS = (
     "judge_eval",
     "stats",
     "rescore",
+    "recover",
     "view",
     "export",
     "prepare_data",

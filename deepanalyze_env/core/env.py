@@ -19,7 +19,8 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.config import ConfigError, EnvConfig
 from deepanalyze_env.core.contracts import EXEC_STATUSES, REWARD_STATUSES, TERMINATIONS, EpisodeResult
-from deepanalyze_env.core.profiles import PROFILES
+from deepanalyze_env.core.prefix import PrefixTurn, first_mismatch, parse_prefix, prefix_messages
+from deepanalyze_env.core.profiles import PROFILES, Profile
 from deepanalyze_env.core.records import RecordWriter, build_record, judge_versions, package_version
 from rewards import RewardContext, RewardOutcome, RewardSpecError
 from tools.kernel import Kernel, KernelError
@@ -90,6 +91,74 @@ def keeps_sampled_tokens(text: str, cut: str) -> bool:
     return not text[len(cut) :].strip()
 
 
+RECOVERY_COMPONENT = "recovery"
+
+
+def start_kernel(config: EnvConfig, profile: Profile, workspace: Path) -> Kernel:
+    """The episode's kernel worker, with the executor settings of ``config``."""
+    ex = config.executor
+    return Kernel(
+        workspace,
+        timeout_s=ex.timeout_s,
+        memory_mb=ex.memory_mb,
+        max_output_chars=ex.max_output_chars,
+        stateful=config.stateful_cells,
+        python=ex.python,
+        preload=tuple(ex.preload) if ex.preload is not None else None,
+        timeout_message=profile.timeout_message,
+        crash_message=profile.crash_message,
+        sandbox=getattr(ex, "sandbox", None),
+    )
+
+
+def execute_action(
+    kernel: Kernel | None, profile: Profile, cut: str, has_workspace: bool
+) -> tuple[str, dict[str, Any]]:
+    """Run the code of one (already cut) policy turn: its output and ``ExecInfo``.
+
+    The one place a turn becomes a cell, shared by ``step`` and the prefix replay at ``init`` so
+    a replayed turn meets exactly the rules it met when it was recorded.
+    """
+    code = protocol.extract_code(cut)
+    if code is None:
+        return NO_CODE_MESSAGE, {"status": "no_code", "elapsed_ms": 0.0, "truncated": False}
+    if not has_workspace and not profile.run_without_workspace:
+        # upstream ran no code for a task without a workspace; the turn then counted 0
+        return "", {"status": "skipped", "elapsed_ms": 0.0, "truncated": False}
+    assert kernel is not None
+    result = kernel.run(code)
+    return result.output, {
+        "status": result.status,
+        "elapsed_ms": result.elapsed_ms,
+        "truncated": result.truncated,
+    }
+
+
+def replay_prefix(env_config: Any, row: dict[str, Any]) -> str | None:
+    """Replay a row's ``prefix`` in a fresh workspace and kernel, as ``init`` does, without
+    building its reward plan (so no judge is needed): the first mismatch, or None when every
+    cell gives its recorded output. ``deepanalyze-rl recover`` checks each row with this before
+    writing it. Raises ``ConfigError`` for a bad row, ``KernelError`` when no kernel starts."""
+    config = EnvConfig.from_any(env_config)
+    if config.profile not in PROFILES:
+        raise ConfigError(f"env_config.profile must be one of {', '.join(PROFILES)}, got {config.profile!r}")
+    profile = PROFILES[config.profile]
+    turns = parse_prefix(row.get("prefix"), profile.has_answer)
+    source = resolve_workspace(config.workspace_root, row.get("data"), row.get("workspace_id"))
+    try:
+        workspace = Workspace(source)
+    except UnsafeWorkspace as exc:
+        raise ConfigError(str(exc)) from exc
+    kernel = None
+    try:
+        kernel = start_kernel(config, profile, workspace.path)
+        return first_mismatch(turns, lambda a: execute_action(kernel, profile, a, source is not None)[0])
+    finally:
+        if kernel is not None:
+            kernel.close()
+        workspace.remove()
+
+
 class DeepAnalyzeEnv(BaseTextEnv):
     """One data-analysis episode (skyrl_gym env id ``deepanalyze``).
 
@@ -122,6 +191,8 @@ class DeepAnalyzeEnv(BaseTextEnv):
         self.question = self.extras.get("input_seq")
         self.max_turns = self.config.max_turns
         self.source_workspace: Path | None = None
+        self.prefix: list[PrefixTurn] = []
+        self.prefix_error: str | None = None  # the replay's mismatch, when there was one
         self._infra_error: str | None = None
         try:
             self._load_row()
@@ -184,13 +255,21 @@ class DeepAnalyzeEnv(BaseTextEnv):
         self.source_workspace = resolve_workspace(
             self.config.workspace_root, self.extras.get("data"), self.extras.get("workspace_id")
         )
+        if self.extras.get("prefix") is not None:
+            self.prefix = parse_prefix(self.extras["prefix"], self.profile.has_answer)
+        if RECOVERY_COMPONENT in getattr(self.plan, "weights", {}) and not self.prefix:
+            raise ConfigError(
+                f"reward component {RECOVERY_COMPONENT!r} needs a row with a prefix "
+                "(a recovery task written by deepanalyze-rl recover); this row has none"
+            )
 
     # ------------------------------------------------------------------ lifecycle
 
     def init(self, prompt: Any) -> tuple[list[dict[str, str]], dict[str, Any]]:
         """Start the episode: returns the prompt messages (with the protocol system prompt when
-        configured). A workspace or kernel that cannot be set up ends the episode at its first
-        step as ``environment_error`` instead of raising."""
+        configured, then the row's ``prefix`` turns). A workspace or kernel that cannot be set up,
+        or a prefix whose replay differs from its record, ends the episode at its first step as
+        ``environment_error`` instead of raising."""
         messages = (
             [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
         )
@@ -199,6 +278,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
                 messages[0]["content"] = self.system_prompt + "\n\n" + messages[0]["content"]
             else:
                 messages.insert(0, {"role": "system", "content": self.system_prompt})
+        messages += prefix_messages(self.prefix)
         self.messages = list(messages)
         self.prompt_len = len(messages)
         start = time.monotonic()
@@ -209,25 +289,35 @@ class DeepAnalyzeEnv(BaseTextEnv):
                 self.workspace = Workspace(self.source_workspace)
             except UnsafeWorkspace as exc:  # the task's data is wrong: loud, like a missing folder
                 raise ConfigError(str(exc)) from exc
-            ex = self.config.executor
-            self.kernel = Kernel(
-                self.workspace.path,
-                timeout_s=ex.timeout_s,
-                memory_mb=ex.memory_mb,
-                max_output_chars=ex.max_output_chars,
-                stateful=self.config.stateful_cells,
-                python=ex.python,
-                preload=tuple(ex.preload) if ex.preload is not None else None,
-                timeout_message=self.profile.timeout_message,
-                crash_message=self.profile.crash_message,
-                sandbox=getattr(ex, "sandbox", None),
-            )
+            self.kernel = start_kernel(self.config, self.profile, self.workspace.path)
             self.kernel_versions = self.kernel.versions
         except (KernelError, OSError) as exc:
             log.error("episode start failed: %s", exc)
             self._infra_error = f"episode start failed: {exc}"
+        if self.prefix and self._infra_error is None:
+            self._replay_prefix()
         self.timings["init_ms"] = (time.monotonic() - start) * 1000.0
         return messages, {}
+
+    def _replay_prefix(self) -> None:
+        """Rebuild the prefix's state: run its cells in this kernel and compare each output with
+        the recorded observation. A difference (or a kernel fault) ends the episode at its first
+        step as ``environment_error``: the policy would continue from a state that is not the one
+        it is shown."""
+        start = time.monotonic()
+        try:
+            self.prefix_error = first_mismatch(
+                self.prefix,
+                lambda action: execute_action(
+                    self.kernel, self.profile, action, self.source_workspace is not None
+                )[0],
+            )
+        except KernelError as exc:
+            self.prefix_error = f"prefix replay failed: {exc}"
+        if self.prefix_error is not None:
+            log.error("task %s: %s", self.task_id, self.prefix_error)
+            self._infra_error = f"{self.prefix_error} (the row is not reproducible)"
+        self.timings["replay_ms"] = (time.monotonic() - start) * 1000.0
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """One policy turn (docs/design.md section 6). Never raises for anything the policy wrote."""
@@ -291,21 +381,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
         return self._finish("length", "")
 
     def _code_turn(self, cut: str) -> BaseTextEnvStepOutput:
-        code = protocol.extract_code(cut)
-        if code is None:
-            output, exec_meta = NO_CODE_MESSAGE, {"status": "no_code", "elapsed_ms": 0.0, "truncated": False}
-        elif self.source_workspace is None and not self.profile.run_without_workspace:
-            # upstream ran no code for a task without a workspace; the turn then counted 0
-            output, exec_meta = "", {"status": "skipped", "elapsed_ms": 0.0, "truncated": False}
-        else:
-            assert self.kernel is not None
-            result = self.kernel.run(code)
-            output = result.output
-            exec_meta = {
-                "status": result.status,
-                "elapsed_ms": result.elapsed_ms,
-                "truncated": result.truncated,
-            }
+        output, exec_meta = execute_action(self.kernel, self.profile, cut, self.source_workspace is not None)
         passed = self.profile.code_pass(exec_meta["status"], output)
         self.code_pass.append(passed)
         self.exec_log.append(exec_meta)
@@ -320,6 +396,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
         )
 
     def _context(self) -> RewardContext:
+        # prompt_len covers the prefix: everything scored is what the policy did after it
         episode = self.messages[self.prompt_len :]
         return RewardContext(
             answer=protocol.extract_answer(self.policy_turns),
@@ -333,6 +410,8 @@ class DeepAnalyzeEnv(BaseTextEnv):
             workspace=self.workspace.path if self.workspace else None,
             reward_spec=self.reward_spec,
             judge=self._judge_session(),
+            exec_statuses=[e["status"] for e in self.exec_log],
+            prefix_turns=len(self.prefix),
         )
 
     def _judge_session(self):

@@ -88,6 +88,8 @@ def context_from_record(record: dict[str, Any], judge: Any) -> RewardContext:
         workspace=None,
         reward_spec=dict(spec),
         judge=judge,
+        exec_statuses=[str((e or {}).get("status")) for e in record.get("exec") or []],
+        prefix_turns=len(assistant) - len(mine),  # a recovery task's prefix turns precede the episode's
     )
 
 

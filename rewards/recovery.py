@@ -1,0 +1,25 @@
+"""The ``recovery`` component: did the policy's first cell after a recovery task's prefix run?
+
+A recovery task (``deepanalyze-rl recover``) starts right after a failed cell; the question it
+asks is whether the policy fixes the failure. The component is 1 when the first cell the policy
+runs after the prefix ends ``ok``, 0 when it raises, times out or crashes, and 0 when the policy
+runs no cell at all before it ends (it never showed a fix). Turns without code are passed over:
+no cell ran in them. On a row without a prefix the question does not exist; the env refuses to
+build such a plan (a ``ConfigError`` at construction), and a context without a prefix makes
+this function raise, so it can never quietly score 0.
+"""
+
+from __future__ import annotations
+
+from rewards.registry import register_reward
+
+NOT_A_CELL = ("no_code", "skipped")
+
+
+@register_reward("recovery")
+def recovery(exec_statuses: list[str], prefix_turns: int) -> float:
+    """1.0 when the first cell after the prefix ran without error, else 0.0."""
+    if prefix_turns <= 0:
+        raise ValueError("the recovery component applies only to a row with a prefix (a recovery task)")
+    ran = [status for status in exec_statuses if status not in NOT_A_CELL]
+    return float(bool(ran) and ran[0] == "ok")
