@@ -10,6 +10,7 @@ from __future__ import annotations
 # modules under deepanalyze_env.cli, in --help order
 COMMANDS = (
     "train",
+    "learn",
     "rollout",
     "eval",
     "judge_eval",

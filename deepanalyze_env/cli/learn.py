@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import random
 import shutil
@@ -109,7 +110,9 @@ class Pipeline:
                 stages[name] = None
                 continue
             if not isinstance(section, dict) or "recipe" not in section:
-                raise ConfigError(f"{path}: {name} needs a recipe file: {name}: {{recipe: FILE, set: {{...}}}}")
+                raise ConfigError(
+                    f"{path}: {name} needs a recipe file: {name}: {{recipe: FILE, set: {{...}}}}"
+                )
             recipe = Path(section["recipe"])
             if not recipe.is_absolute():
                 recipe = (path.parent / recipe).resolve()
@@ -205,7 +208,9 @@ class Stages:
 
     def __init__(self, out: Path, fresh: bool) -> None:
         self.path = out / "stages.json"
-        self.done: dict[str, Any] = {} if fresh or not self.path.is_file() else json.loads(self.path.read_text())
+        self.done: dict[str, Any] = (
+            {} if fresh or not self.path.is_file() else json.loads(self.path.read_text())
+        )
         self.seconds: dict[str, float] = {}
         self.stale = False  # once one stage reruns, every later stage reruns too
 
@@ -221,7 +226,7 @@ class Stages:
         self.stale = True
         if outputs is not None and outputs.exists() and not (outputs / "run.json").is_file():
             shutil.rmtree(outputs)  # a training folder from other arguments: start it clean
-        console.print("[dim]deepanalyze-rl " + " ".join(argv) + "[/dim]", highlight=False)
+        console.print("deepanalyze-rl " + " ".join(argv), style="dim", markup=False, highlight=False)
         start = time.monotonic()
         code = cli(argv)
         seconds = round(time.monotonic() - start, 1)
@@ -293,7 +298,11 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
 
     dev: dict[str, dict[str, Any]] = {}
     model, order = pipe.model, ["base"]
-    stages.run("eval_base", "dev eval: the starting model", eval_argv(pipe, model, files["dev"], out / "eval-base", config))
+    stages.run(
+        "eval_base",
+        "dev eval: the starting model",
+        eval_argv(pipe, model, files["dev"], out / "eval-base", config),
+    )
     dev["base"] = headline(out / "eval-base")
 
     if pipe.sft is not None:
@@ -309,9 +318,11 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
         argv += [f"data=[{reference / 'kept.jsonl'}]"] + [f"{k}={v}" for k, v in pipe.sft.set.items()]
         stages.run("sft", "SFT warm start", argv, sft_dir)
         model = str(sft_dir)
-        stages.run("eval_sft", "dev eval: after SFT", eval_argv(pipe, model, files["dev"], out / "eval-sft", config))
-        dev["sft"] = headline(out / "eval-sft")
-        order.append("sft")
+        if pipe.eval.after_sft or pipe.grpo is None:
+            argv = eval_argv(pipe, model, files["dev"], out / "eval-sft", config)
+            stages.run("eval_sft", "dev eval: after SFT", argv)
+            dev["sft"] = headline(out / "eval-sft")
+            order.append("sft")
 
     grpo_steps: list[dict[str, Any]] = []
     if pipe.grpo is not None:
@@ -321,19 +332,30 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
         argv += [f"{k}={v}" for k, v in pipe.grpo.set.items()]
         stages.run("grpo", "GRPO", argv, grpo_dir)
         model = str(grpo_dir)
-        stages.run("eval_grpo", "dev eval: after GRPO", eval_argv(pipe, model, files["dev"], out / "eval-grpo", config))
+        stages.run(
+            "eval_grpo",
+            "dev eval: after GRPO",
+            eval_argv(pipe, model, files["dev"], out / "eval-grpo", config),
+        )
         dev["grpo"] = headline(out / "eval-grpo")
         order.append("grpo")
         metrics = grpo_dir / "metrics.jsonl"
         if metrics.is_file():
             grpo_steps = [
-                {k: s.get(k) for k in ("step", "reward_mean", "components", "status_counts", "rollout_seconds")}
+                {
+                    k: s.get(k)
+                    for k in ("step", "reward_mean", "components", "status_counts", "rollout_seconds")
+                }
                 for s in map(json.loads, filter(str.strip, metrics.read_text().splitlines()))
             ]
 
     test = None
     if "test" in files:
-        stages.run("eval_test", "test eval: the last model, once", eval_argv(pipe, model, files["test"], out / "eval-test", config))
+        stages.run(
+            "eval_test",
+            "test eval: the last model, once",
+            eval_argv(pipe, model, files["test"], out / "eval-test", config),
+        )
         test = headline(out / "eval-test")
 
     summary = {
@@ -360,7 +382,7 @@ def compare_stages(out: Path, order: list[str]) -> dict[str, Any]:
     from deepanalyze_env.offline.eval_report import compare_runs
 
     result = {}
-    for a, b in zip(order, order[1:], strict=False):
+    for a, b in itertools.pairwise(order):
         runs = [load_run(out / f"eval-{name}").records for name in (a, b)]
         result[f"{a}->{b}"] = compare_runs(*runs)["metrics"]
     return result
@@ -381,12 +403,22 @@ def table(summary: dict[str, Any]) -> Table:
         t.add_column(name, justify="right")
     for stage, m in summary["dev"].items():
         ci = f"{_f(m['reward_ci95'][0])} … {_f(m['reward_ci95'][1])}" if m.get("reward_ci95") else "–"
-        t.add_row(stage, str(m["episodes"]), _f(m["format_gate_pass_rate"]), _f(m["reward_mean"]), ci, _f(m["accuracy"]))
+        t.add_row(
+            stage,
+            str(m["episodes"]),
+            _f(m["format_gate_pass_rate"]),
+            _f(m["reward_mean"]),
+            ci,
+            _f(m["accuracy"]),
+        )
     return t
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    lines = ["| stage | episodes | format gate | reward | reward 95% CI | accuracy (pass@1) |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| stage | episodes | format gate | reward | reward 95% CI | accuracy (pass@1) |",
+        "|---|---|---|---|---|---|",
+    ]
     for stage, m in summary["dev"].items():
         ci = f"{_f(m['reward_ci95'][0])} … {_f(m['reward_ci95'][1])}" if m.get("reward_ci95") else "–"
         lines.append(
@@ -396,7 +428,9 @@ def markdown(summary: dict[str, Any]) -> str:
     for pair, metrics in summary["comparisons"].items():
         r = metrics["reward"]
         ci = f"{_f(r['diff_ci95'][0])} … {_f(r['diff_ci95'][1])}" if r.get("diff_ci95") else "–"
-        lines.append(f"\n{pair}: paired reward difference {_f(r['mean_diff'])} (95% CI {ci}, {r.get('n')} tasks)")
+        lines.append(
+            f"\n{pair}: paired reward difference {_f(r['mean_diff'])} (95% CI {ci}, {r.get('n')} tasks)"
+        )
     lines.append("\nStage seconds: " + ", ".join(f"{k} {v}" for k, v in summary["seconds"].items()))
     return "\n".join(lines) + "\n"
 
@@ -410,7 +444,11 @@ def plot(summary: dict[str, Any], png: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     stages = list(summary["dev"])
     x = list(range(len(stages)))
-    for key, label in (("reward_mean", "reward"), ("format_gate_pass_rate", "format gate"), ("accuracy", "accuracy")):
+    for key, label in (
+        ("reward_mean", "reward"),
+        ("format_gate_pass_rate", "format gate"),
+        ("accuracy", "accuracy"),
+    ):
         values = [summary["dev"][s][key] for s in stages]
         left.plot(x, [v if v is not None else float("nan") for v in values], marker="o", label=label)
     left.set_xticks(x, stages)

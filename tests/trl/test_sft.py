@@ -235,3 +235,23 @@ def test_protocol_tags_that_are_special_tokens_stay_single_ids(fresh_smollm2_tok
     assert policy_ids.count(code_open) == 1 and policy_ids.count(code_close) == 1
     assert tok.eos_token_id not in policy_ids  # the printed <|im_end|> is text
     assert tok.decode(policy_ids) == turn
+
+
+def test_a_recovered_episode_trains_only_on_the_turns_after_its_prefix(tiny_tokenizer):
+    """A row with a ``prefix`` replays earlier turns into the prompt: those are not the policy's."""
+    tok = tiny_tokenizer
+    record = {
+        "episode_id": "rec",
+        "turns": 1,
+        "termination": "answer",
+        "messages": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": CODE_TURN},  # the prefix: replayed, not generated
+            {"role": "user", "content": "\n<Execute>\nboom\n</Execute>\n"},
+            {"role": "assistant", "content": ANSWER_TURN},
+        ],
+    }
+    rendered = render_record(tok, record)
+    trained = [t for t in rendered.labels if t != IGNORE_INDEX]
+    assert tok.decode(trained) == ANSWER_TURN
+    assert CODE_TURN not in tok.decode(rendered.completion_ids)

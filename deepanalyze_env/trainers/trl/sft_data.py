@@ -68,11 +68,17 @@ class RenderedEpisode:
 
 
 def split_messages(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(prompt messages, episode messages): the prompt is everything before the first policy turn."""
+    """(prompt messages, episode messages): the prompt is everything before the first policy turn.
+
+    The policy's turns are the last ``turns`` assistant messages: a recovered episode (a row with
+    a ``prefix``) starts with replayed turns that reached the policy as part of its prompt."""
     messages = list(record.get("messages") or [])
-    first = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), None)
-    if first is None:
+    assistant = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    if not assistant:
         raise SFTDataError(f"record {record.get('episode_id')}: no assistant turn in its messages")
+    turns = record.get("turns")
+    prefix_turns = len(assistant) - turns if isinstance(turns, int) and 0 < turns <= len(assistant) else 0
+    first = assistant[prefix_turns]
     return messages[:first], messages[first:]
 
 
