@@ -97,6 +97,7 @@ def test_tiny_pipeline_runs_every_stage_and_a_rerun_reuses_them(tmp_path):
         "tasks.dev=1",
         "env.max_turns=2",
         "eval.max_tokens=8",
+        "eval.after_sft=true",
         "sft.set.max_steps=1",
         "grpo.set.max_steps=1",
         "grpo.set.rollout.max_turn_tokens=8",

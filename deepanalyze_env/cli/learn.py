@@ -57,6 +57,7 @@ class EvalSettings:
     max_tokens: int = 160  # tokens per policy turn
     temperature: float = 0.0  # 0: greedy, one deterministic episode per task and model
     concurrency: int = 2  # episodes in flight (code runs overlap generation)
+    after_sft: bool = True  # also evaluate between SFT and GRPO (off: before and after only)
 
 
 @dataclass
@@ -203,6 +204,12 @@ def select_tasks(pipe: Pipeline, bank: Path, out: Path) -> dict[str, Path]:
 # ---------------------------------------------------------------------------- stages
 
 
+def _key(argv: list[str]) -> list[str]:
+    """What identifies a stage's work: its arguments less ``--resume`` (added when a folder
+    already holds part of the stage, which does not change what the stage produces)."""
+    return [a for a in argv if a != "--resume"]
+
+
 class Stages:
     """Runs commands as stages, reusing those whose arguments are unchanged (``stages.json``)."""
 
@@ -219,7 +226,8 @@ class Stages:
 
         console.print(Rule(f"[bold]{title}[/bold]"))
         previous = self.done.get(name)
-        if not self.stale and previous and previous["argv"] == argv and (outputs is None or outputs.exists()):
+        same = previous is not None and _key(previous["argv"]) == _key(argv)
+        if not self.stale and same and (outputs is None or outputs.exists()):
             console.print(f"reused: {name} (finished earlier with the same arguments)")
             self.seconds[name] = previous["seconds"]
             return
