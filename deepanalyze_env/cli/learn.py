@@ -1,7 +1,7 @@
 """``deepanalyze-rl learn PIPELINE``: the learning pipeline, stage by stage, with a before/after table.
 
-Stages (each one is an ordinary command run in this process, so a user can rerun any of them
-by hand with the arguments saved in ``stages.json``):
+Stages (each one is an ordinary command run in its own process, so a user can rerun any of them
+by hand with the arguments saved in ``stages.json``, and a stage's memory is freed when it ends):
 
 1. ``bank build`` of the pipeline's tables and families (skipped when the bank exists) and the
    train / dev / test task files: a seeded, family-stratified sample of each split, judge-free
@@ -33,6 +33,8 @@ import itertools
 import json
 import random
 import shutil
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
@@ -222,8 +224,6 @@ class Stages:
         self.stale = False  # once one stage reruns, every later stage reruns too
 
     def run(self, name: str, title: str, argv: list[str], outputs: Path | None = None) -> None:
-        from deepanalyze_env.cli import main as cli
-
         console.print(Rule(f"[bold]{title}[/bold]"))
         previous = self.done.get(name)
         same = previous is not None and _key(previous["argv"]) == _key(argv)
@@ -236,7 +236,9 @@ class Stages:
             shutil.rmtree(outputs)  # a training folder from other arguments: start it clean
         console.print("deepanalyze-rl " + " ".join(argv), style="dim", markup=False, highlight=False)
         start = time.monotonic()
-        code = cli(argv)
+        # its own process: every stage loads a model, and memory a finished stage held (a trainer,
+        # an eval policy) goes back to the system before the next one starts
+        code = subprocess.run([sys.executable, "-m", "deepanalyze_env.cli", *argv], check=False).returncode
         seconds = round(time.monotonic() - start, 1)
         if code not in (0, 1) or (code == 1 and argv[0] != "eval"):
             raise UsageError(f"stage {name} failed (exit code {code}): deepanalyze-rl {' '.join(argv)}")
