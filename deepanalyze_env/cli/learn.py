@@ -439,7 +439,8 @@ def markdown(summary: dict[str, Any]) -> str:
         r = metrics["reward"]
         ci = f"{_f(r['diff_ci95'][0])} … {_f(r['diff_ci95'][1])}" if r.get("diff_ci95") else "–"
         lines.append(
-            f"\n{pair}: paired reward difference {_f(r['mean_diff'])} (95% CI {ci}, {r.get('n')} tasks)"
+            f"\n{pair}: paired reward difference {_f(r['mean_diff'])} (95% CI {ci}, {r.get('tasks')} tasks; "
+            f"later stage better on {r.get('b_better')}, earlier on {r.get('a_better')})"
         )
     lines.append("\nStage seconds: " + ", ".join(f"{k} {v}" for k, v in summary["seconds"].items()))
     return "\n".join(lines) + "\n"
