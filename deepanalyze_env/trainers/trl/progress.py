@@ -15,6 +15,7 @@ Usage::
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from rich.console import Console
@@ -61,9 +62,22 @@ def _callback_class() -> type:
     return StepProgress
 
 
+class _NoneRewardFilter(logging.Filter):
+    """Drops GRPOTrainer's "All reward functions returned None" warning, which prints the whole
+    episode: a None reward is this plugin's deliberate signal (length cut, verifier_error,
+    environment_error) and is counted in the per-step table's status and termination rows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "All reward functions returned None" not in record.getMessage()
+
+
 def quiet_console(trainer: Any, console: Console, label: str) -> None:
     """Remove the trainer's raw-dict printers and add the rich step bar."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    grpo_log = logging.getLogger("trl.trainer.grpo_trainer")
+    if not any(isinstance(f, _NoneRewardFilter) for f in grpo_log.filters):
+        grpo_log.addFilter(_NoneRewardFilter())
 
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
