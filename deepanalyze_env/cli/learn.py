@@ -405,6 +405,23 @@ def _f(value: Any) -> str:
     return "–" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def _ci(interval: Any) -> str:
+    return f"{_f(interval[0])} … {_f(interval[1])}" if interval else "–"
+
+
+def comparison_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per pair of consecutive stages: the paired reward difference on dev."""
+    lines = []
+    for pair, metrics in summary["comparisons"].items():
+        r = metrics["reward"]
+        lines.append(
+            f"{pair}: paired reward difference {_f(r['mean_diff'])} (95% CI {_ci(r.get('diff_ci95'))}, "
+            f"{r.get('tasks')} tasks; later stage better on {r.get('b_better')}, "
+            f"earlier on {r.get('a_better')})"
+        )
+    return lines
+
+
 def table(summary: dict[str, Any]) -> Table:
     t = Table(title="dev set, before and after training", title_justify="left")
     for name, justify in (("stage", "left"), ("episodes", "right"), ("format gate", "right")):
@@ -412,7 +429,7 @@ def table(summary: dict[str, Any]) -> Table:
     for name in ("reward", "reward 95% CI", "accuracy"):
         t.add_column(name, justify="right")
     for stage, m in summary["dev"].items():
-        ci = f"{_f(m['reward_ci95'][0])} … {_f(m['reward_ci95'][1])}" if m.get("reward_ci95") else "–"
+        ci = _ci(m.get("reward_ci95"))
         t.add_row(
             stage,
             str(m["episodes"]),
@@ -430,18 +447,12 @@ def markdown(summary: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for stage, m in summary["dev"].items():
-        ci = f"{_f(m['reward_ci95'][0])} … {_f(m['reward_ci95'][1])}" if m.get("reward_ci95") else "–"
+        ci = _ci(m.get("reward_ci95"))
         lines.append(
             f"| {stage} | {m['episodes']} | {_f(m['format_gate_pass_rate'])} | {_f(m['reward_mean'])} | {ci} "
             f"| {_f(m['accuracy'])} |"
         )
-    for pair, metrics in summary["comparisons"].items():
-        r = metrics["reward"]
-        ci = f"{_f(r['diff_ci95'][0])} … {_f(r['diff_ci95'][1])}" if r.get("diff_ci95") else "–"
-        lines.append(
-            f"\n{pair}: paired reward difference {_f(r['mean_diff'])} (95% CI {ci}, {r.get('tasks')} tasks; "
-            f"later stage better on {r.get('b_better')}, earlier on {r.get('a_better')})"
-        )
+    lines += ["\n" + line for line in comparison_lines(summary)]
     lines.append("\nStage seconds: " + ", ".join(f"{k} {v}" for k, v in summary["seconds"].items()))
     return "\n".join(lines) + "\n"
 
@@ -503,10 +514,8 @@ def cmd_learn(args: argparse.Namespace) -> int:
     summary = run_pipeline(pipe, fresh=args.fresh)
     console.print(Rule("[bold]result[/bold]"))
     console.print(table(summary))
-    for pair, metrics in summary["comparisons"].items():
-        r = metrics["reward"]
-        ci = f"{_f(r['diff_ci95'][0])} … {_f(r['diff_ci95'][1])}" if r.get("diff_ci95") else "–"
-        console.print(f"{pair}: paired reward difference {_f(r['mean_diff'])} (95% CI {ci})")
+    for line in comparison_lines(summary):
+        console.print(line, highlight=False)
     out = Path(pipe.output_dir)
     console.print(f"run folder: {out} (learn.json, learn.md, learn.png, stages.json, one folder per stage)")
     return 0
