@@ -128,3 +128,34 @@ def test_load_run_dedups_and_lays_rescored_records_over_the_originals(tmp_path: 
     assert {r["episode_id"]: r["v"] for r in loaded.records} == {"a": 4, "b": 2}
     assert loaded.duplicates == 1 and loaded.rescored == 2
     assert {r["episode_id"]: r["v"] for r in load_run(run, rescored=False).records} == {"a": 1, "b": 2}
+
+
+def _recovered(turns):
+    """A recovered episode: prompt, a replayed prefix (2 turns), then the policy's own turns."""
+    return {
+        "messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "prefix turn 1"},
+            {"role": "user", "content": "<Execute>ok</Execute>"},
+            {"role": "assistant", "content": "prefix turn 2"},
+            {"role": "user", "content": "<Execute>Traceback</Execute>"},
+            {"role": "assistant", "content": "own turn"},
+        ],
+        "turns": turns,
+    }
+
+
+def test_own_turns_are_the_last_turns_assistant_messages():
+    from deepanalyze_env.core.records import own_turn_indices
+
+    assert own_turn_indices(_recovered(1)) == [6]
+    assert own_turn_indices(_recovered(3)) == [2, 4, 6]
+    assert own_turn_indices(_recovered(0)) == []
+
+
+def test_a_record_without_a_usable_turn_count_owns_every_assistant_message():
+    from deepanalyze_env.core.records import own_turn_indices
+
+    for turns in (None, 5, True, "1"):
+        assert own_turn_indices(_recovered(turns)) == [2, 4, 6]

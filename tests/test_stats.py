@@ -216,3 +216,30 @@ def test_stats_on_a_missing_folder_is_one_line_error(tmp_path: Path, capsys: pyt
 
 def test_distribution_of_nothing_is_empty():
     assert distribution([]) == {"n": 0}
+
+
+def test_a_recovered_episodes_replayed_prefix_is_not_counted_as_policy_output(tmp_path: Path):
+    record = rec(
+        "R",
+        "verified",
+        "scored",
+        1.0,
+        {"answer_match": 1.0},
+        fmt=True,
+        term="answer",
+        passes=[True],
+        turns=1,
+        chars=0,
+    )
+    record["messages"] = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "p" * 50},  # the prefix: 50 characters, not the policy's
+        {"role": "user", "content": "<Execute>Traceback</Execute>"},
+        {"role": "assistant", "content": "x" * 7},  # the policy's one turn
+    ]
+    folder = tmp_path / "run"
+    (folder / "records").mkdir(parents=True)
+    write_jsonl_atomic(folder / "records" / "episodes-h-1.jsonl", [record])
+    assert main(["stats", str(folder)]) == 0
+    length = json.loads((folder / "stats.json").read_text())["length"]
+    assert length["source"] == "characters" and length["mean"] == pytest.approx(7.0)

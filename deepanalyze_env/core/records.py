@@ -26,7 +26,7 @@ from typing import Any
 
 from deepanalyze_env.core.contracts import RECORD_FIELDS, EpisodeRecord, EpisodeResult
 
-__all__ = ["RECORD_FIELDS", "RecordWriter", "build_record", "load_run", "read_records"]
+__all__ = ["RECORD_FIELDS", "RecordWriter", "build_record", "load_run", "own_turn_indices", "read_records"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,20 @@ TASK_FIELDS = ("reward_spec", "input_seq", "data", "workspace_id")
 RECORDS_SUBDIR = "records"  # where ``rollout --out DIR`` points the env's records_dir
 EPISODES_FILE = "episodes.jsonl"
 RESCORED_GLOB = "rescored-*.jsonl"
+
+
+def own_turn_indices(record: dict[str, Any]) -> list[int]:
+    """Indices in ``messages`` of the policy's own turns: the last ``turns`` assistant messages.
+
+    Each ``step`` appends exactly one assistant message, so assistant messages before those are
+    part of the prompt: a recovery row's replayed ``prefix`` or few-shot examples. A record
+    without ``turns`` counts every assistant message as the policy's.
+    """
+    assistant = [i for i, m in enumerate(record.get("messages") or []) if m.get("role") == "assistant"]
+    turns = record.get("turns")
+    if isinstance(turns, int) and not isinstance(turns, bool) and 0 <= turns <= len(assistant):
+        return assistant[len(assistant) - turns :]
+    return assistant
 
 
 def package_version() -> str:

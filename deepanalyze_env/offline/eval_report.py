@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from deepanalyze_env.core.records import own_turn_indices
 from rewards import ACCURACY_COMPONENTS
 
 BOOTSTRAP_SAMPLES = 2000
@@ -138,9 +139,9 @@ def completion_tokens(record: dict[str, Any]) -> int | None:
 
 
 def assistant_chars(record: dict[str, Any]) -> int:
-    return sum(
-        len(m.get("content") or "") for m in record.get("messages") or [] if m.get("role") == "assistant"
-    )
+    """Characters of the policy's own turns (not a recovered episode's replayed prefix)."""
+    messages = record.get("messages") or []
+    return sum(len(messages[i].get("content") or "") for i in own_turn_indices(record))
 
 
 # ---------------------------------------------------------------------------- the report

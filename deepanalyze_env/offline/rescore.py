@@ -17,7 +17,7 @@ from typing import Any
 
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.profiles import PROFILES
-from deepanalyze_env.core.records import judge_versions, package_version
+from deepanalyze_env.core.records import judge_versions, own_turn_indices, package_version
 from rewards import RewardContext, RewardPlan, RewardSpecError
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,7 @@ def context_from_record(record: dict[str, Any], judge: Any) -> RewardContext:
     """
     messages = [dict(m) for m in record.get("messages") or []]
     assistant = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
-    turns = int(record.get("turns") or len(assistant))
-    mine = assistant[-turns:] if turns else []
+    mine = own_turn_indices(record)
     start = mine[0] if mine else len(messages)
     policy_turns = [messages[i].get("content") or "" for i in mine]
     spec = record.get("reward_spec") or {}

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from deepanalyze_env.core.records import own_turn_indices
 from deepanalyze_env.offline.report import distribution, fmt, pct, rate
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,9 @@ def _method(record: dict[str, Any]) -> str:
 
 
 def _assistant_texts(record: dict[str, Any]) -> list[str]:
-    return [m.get("content") or "" for m in record.get("messages") or [] if m.get("role") == "assistant"]
+    """The policy's own turns (a recovered episode's replayed prefix is prompt, not output)."""
+    messages = record.get("messages") or []
+    return [messages[i].get("content") or "" for i in own_turn_indices(record)]
 
 
 def _usage_turns(record: dict[str, Any]) -> list[dict[str, Any]]:

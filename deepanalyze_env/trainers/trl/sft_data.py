@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from deepanalyze_env.core.filters import RecordFilter
-from deepanalyze_env.core.records import load_run
+from deepanalyze_env.core.records import load_run, own_turn_indices
 from deepanalyze_env.core.tokens import prompt_token_ids, text_token_ids
 from deepanalyze_env.trainers.trl.rollout import encode_observation, token_rules
 
@@ -73,13 +73,10 @@ def split_messages(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
     The policy's turns are the last ``turns`` assistant messages: a recovered episode (a row with
     a ``prefix``) starts with replayed turns that reached the policy as part of its prompt."""
     messages = list(record.get("messages") or [])
-    assistant = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
-    if not assistant:
-        raise SFTDataError(f"record {record.get('episode_id')}: no assistant turn in its messages")
-    turns = record.get("turns")
-    prefix_turns = len(assistant) - turns if isinstance(turns, int) and 0 < turns <= len(assistant) else 0
-    first = assistant[prefix_turns]
-    return messages[:first], messages[first:]
+    mine = own_turn_indices(record)
+    if not mine:
+        raise SFTDataError(f"record {record.get('episode_id')}: no policy turn in its messages")
+    return messages[: mine[0]], messages[mine[0] :]
 
 
 def render_record(tokenizer: Any, record: dict[str, Any], eos_token_id: int | None = None) -> RenderedEpisode:
@@ -129,7 +126,7 @@ def select_records(
         status = record.get("reward_status")
         if status not in statuses:
             dropped[f"status {status}"] += 1
-        elif not any(m.get("role") == "assistant" for m in record.get("messages") or []):
+        elif not own_turn_indices(record):  # nothing the policy wrote (or only a replayed prefix)
             dropped["without a policy turn"] += 1
         elif matcher is not None and not matcher(record):
             dropped["not matching the filter"] += 1
