@@ -75,7 +75,7 @@ def pipeline(args: argparse.Namespace) -> dict[str, Any]:
             "samples": args.samples,
             "max_tokens": args.max_turn_tokens,
             "temperature": 0.0,
-            "concurrency": 2,
+            "concurrency": 8,  # one batched generate per round (the 2026-12-03 run used 2, unbatched)
         },
         "sft": {
             "recipe": str(REPO / "recipes" / "trl_sft_cpu.yaml"),

@@ -95,7 +95,7 @@ def test_tiny_pipeline_runs_every_stage_and_a_rerun_reuses_them(tmp_path):
         "bank.tables=[fair, wine]",
         "tasks.train=2",
         "tasks.dev=1",
-        "env.max_turns=2",
+        "env.max_turns=4",  # every reference of these tasks fits: all are SFT data
         "eval.max_tokens=8",
         "eval.after_sft=true",
         "sft.set.max_steps=1",
@@ -125,3 +125,119 @@ def test_tiny_pipeline_runs_every_stage_and_a_rerun_reuses_them(tmp_path):
     assert main(["learn", pipe, *overrides]) == 0  # nothing changed: every stage is reused
     assert (out / "grpo" / "model.safetensors").stat().st_mtime_ns == weights
     assert json.loads((out / "stages.json").read_text()) == stages
+
+
+class _Calls:
+    """Stands in for the stage subprocess (the real one runs in the tiny pipeline test): records
+    each stage's arguments and exits 0, so the reuse/resume/clean decisions can be read directly."""
+
+    def __init__(self):
+        self.argvs: list[list[str]] = []
+
+    def __call__(self, cmd, check=False):
+        import subprocess
+
+        self.argvs.append(cmd[3:])  # after: python -m deepanalyze_env.cli
+        return subprocess.CompletedProcess(cmd, 0)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    from deepanalyze_env.cli import learn
+
+    spy = _Calls()
+    monkeypatch.setattr(learn.subprocess, "run", spy)
+    return spy
+
+
+def _eval_folder(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "run.json").write_text("{}")
+    (path / "episodes.jsonl").write_text('{"episode": "from before"}\n')
+    return path
+
+
+def test_a_stage_whose_input_file_changed_reruns_in_a_clean_folder(tmp_path, calls):
+    from deepanalyze_env.cli.learn import Stages
+
+    tasks = tmp_path / "dev.jsonl"
+    tasks.write_text('{"id": "a"}\n')
+    out = tmp_path / "eval"
+    argv = ["eval", "--tasks", str(tasks), "--out", str(out)]
+    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, [tasks], resumable=True)
+    _eval_folder(out)
+    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, [tasks], resumable=True)
+    assert len(calls.argvs) == 1  # same arguments, same tasks: reused
+    tasks.write_text('{"id": "b"}\n')  # same path, other tasks
+    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, [tasks], resumable=True)
+    assert calls.argvs[-1] == argv  # no --resume
+    assert len(calls.argvs) == 2 and not out.exists()  # the old episodes are gone
+
+
+def test_an_interrupted_eval_with_the_same_identity_resumes(tmp_path, calls):
+    from deepanalyze_env.cli.learn import Stages
+
+    out = tmp_path / "eval"
+    argv = ["eval", "--out", str(out)]
+    stages = Stages(tmp_path, fresh=False)
+    stages.done["eval"] = {"argv": argv, "inputs": {}, "seconds": None}  # started, never finished
+    _eval_folder(out)
+    stages.run("eval", "t", argv, out, resumable=True)
+    assert calls.argvs == [[*argv, "--resume"]]
+    assert (out / "episodes.jsonl").is_file()
+    saved = json.loads((tmp_path / "stages.json").read_text())["eval"]
+    assert saved["argv"] == argv and saved["seconds"] is not None
+
+
+def test_changed_arguments_or_fresh_never_resume_an_old_folder(tmp_path, calls):
+    from deepanalyze_env.cli.learn import Stages
+
+    out = tmp_path / "eval"
+    Stages(tmp_path, fresh=False).run("eval", "t", ["eval", "--max-tokens", "128"], out, resumable=True)
+    _eval_folder(out)
+    Stages(tmp_path, fresh=False).run("eval", "t", ["eval", "--max-tokens", "160"], out, resumable=True)
+    assert calls.argvs[-1] == ["eval", "--max-tokens", "160"] and not out.exists()
+    _eval_folder(out)
+    Stages(tmp_path, fresh=True).run("eval", "t", ["eval", "--max-tokens", "160"], out, resumable=True)
+    assert calls.argvs[-1] == ["eval", "--max-tokens", "160"] and not out.exists()
+
+
+def test_a_stage_after_a_rerun_stage_reruns_even_with_the_same_arguments(tmp_path, calls):
+    from deepanalyze_env.cli.learn import Stages
+
+    model, out = tmp_path / "sft", tmp_path / "eval"
+    first = Stages(tmp_path, fresh=False)
+    first.run("sft", "t", ["train", "a"], model)
+    model.mkdir()
+    first.run("eval", "t", ["eval", "--model", str(model)], out, resumable=True)
+    _eval_folder(out)
+    second = Stages(tmp_path, fresh=False)
+    second.run("sft", "t", ["train", "b"], model)  # the model changes under the same path
+    second.run("eval", "t", ["eval", "--model", str(model)], out, resumable=True)
+    assert calls.argvs[-1] == ["eval", "--model", str(model)] and not out.exists()
+
+
+def test_a_nested_stage_override_changes_one_recipe_key_not_the_whole_section(tmp_path):
+    pipe = Pipeline.load(
+        REPO / "recipes" / "learn_cpu.yaml",
+        ["grpo.set.trl.temperature=0.5", "sft.set.trl.per_device_train_batch_size=1"],
+    )
+    shipped = yaml.safe_load((REPO / "recipes" / "learn_cpu.yaml").read_text())["grpo"]["set"]
+    assert pipe.grpo.set["trl.temperature"] == 0.5
+    assert pipe.grpo.set["trl.num_generations"] == shipped["trl.num_generations"]  # the others stay
+    assert "trl" not in pipe.grpo.set and "trl" not in pipe.sft.set
+    args = pipe.grpo.overrides()
+    assert "trl.temperature=0.5" in args and "trl.learning_rate=1e-05" in args
+
+    from deepanalyze_env.trainers.recipes import load_recipe
+
+    recipe = load_recipe(pipe.grpo.recipe, args)
+    assert recipe.trl["temperature"] == 0.5 and recipe.trl["learning_rate"] == pytest.approx(1e-5)
+    assert recipe.trl["beta"] == 0.0  # from the recipe file: the section was not replaced
+
+
+def test_stage_overrides_keep_their_types_through_the_command_line(tmp_path):
+    from deepanalyze_env.cli.learn import StageRecipe
+
+    stage = StageRecipe("r.yaml", {"a": True, "b": [1, 2], "c": "text", "d": 2e-4, "e": None})
+    assert stage.overrides() == ["a=true", "b=[1, 2]", "c=text", "d=0.0002", "e=null"]

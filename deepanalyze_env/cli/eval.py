@@ -106,6 +106,7 @@ def _policy(args: argparse.Namespace, temperature: float) -> Any:
         temperature=temperature,
         max_tokens=args.max_tokens,
         layout=args.layout,
+        max_batch=args.concurrency,  # concurrent episodes' turns share one generate call
     )
 
 

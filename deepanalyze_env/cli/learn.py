@@ -58,7 +58,7 @@ class EvalSettings:
     samples: int = 1  # episodes per task (pass@k uses them)
     max_tokens: int = 160  # tokens per policy turn
     temperature: float = 0.0  # 0: greedy, one deterministic episode per task and model
-    concurrency: int = 2  # episodes in flight (code runs overlap generation)
+    concurrency: int = 8  # episodes in flight; a local model generates their turns as one batch
     after_sft: bool = True  # also evaluate between SFT and GRPO (off: before and after only)
 
 
@@ -67,7 +67,26 @@ class StageRecipe:
     """A training stage: a recipe file (relative to the pipeline file) and overrides on top."""
 
     recipe: str
-    set: dict[str, Any] = field(default_factory=dict)
+    set: dict[str, Any] = field(default_factory=dict)  # dotted recipe key -> value
+
+    def overrides(self) -> list[str]:
+        """``key=value`` arguments for ``train``: one per leaf, so an override changes one key
+        and never replaces a whole recipe section."""
+        return [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in self.set.items()]
+
+
+def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"trl": {"beta": 0}, "trl.lr": 1}`` -> ``{"trl.beta": 0, "trl.lr": 1}``: a stage's ``set``
+    may be written nested (YAML) or dotted (the file, or ``grpo.set.trl.beta=0`` on the command
+    line, which arrives nested)."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
 
 
 @dataclass
@@ -121,7 +140,10 @@ class Pipeline:
                 recipe = (path.parent / recipe).resolve()
             if not recipe.is_file():
                 raise ConfigError(f"{path}: {name}.recipe: no such file {recipe}")
-            stages[name] = StageRecipe(str(recipe), dict(section.get("set") or {}))
+            overrides = section.get("set") or {}
+            if not isinstance(overrides, dict):
+                raise ConfigError(f"{path}: {name}.set must be a mapping of recipe keys to values")
+            stages[name] = StageRecipe(str(recipe), flatten(overrides))
         try:
             settings = EvalSettings(**(tree.get("eval") or {}))
         except TypeError as exc:
@@ -207,13 +229,25 @@ def select_tasks(pipe: Pipeline, bank: Path, out: Path) -> dict[str, Path]:
 
 
 def _key(argv: list[str]) -> list[str]:
-    """What identifies a stage's work: its arguments less ``--resume`` (added when a folder
-    already holds part of the stage, which does not change what the stage produces)."""
+    """A stage's arguments less ``--resume`` (added when a folder holds part of the same stage,
+    which does not change what the stage produces)."""
     return [a for a in argv if a != "--resume"]
 
 
+def _digests(inputs: list[Path]) -> dict[str, str]:
+    """Content hashes of a stage's input files: same arguments over changed task files, env
+    config or recipe are different work."""
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in inputs if p.is_file()}
+
+
 class Stages:
-    """Runs commands as stages, reusing those whose arguments are unchanged (``stages.json``)."""
+    """Runs commands as stages, reusing those whose arguments are unchanged (``stages.json``).
+
+    A stage is identified by its arguments and its input files' contents. It is reused when it
+    finished with the same identity and no earlier stage reran; an eval or rollout interrupted
+    with the same identity resumes episode by episode; anything else starts in a clean folder
+    (resuming a folder made with other arguments or from an earlier model would mix episodes).
+    """
 
     def __init__(self, out: Path, fresh: bool) -> None:
         self.path = out / "stages.json"
@@ -223,18 +257,39 @@ class Stages:
         self.seconds: dict[str, float] = {}
         self.stale = False  # once one stage reruns, every later stage reruns too
 
-    def run(self, name: str, title: str, argv: list[str], outputs: Path | None = None) -> None:
+    def run(
+        self,
+        name: str,
+        title: str,
+        argv: list[str],
+        outputs: Path | None = None,
+        inputs: tuple[Path, ...] | list[Path] = (),
+        resumable: bool = False,
+    ) -> None:
         console.print(Rule(f"[bold]{title}[/bold]"))
+        digests = _digests(list(inputs))
         previous = self.done.get(name)
-        same = previous is not None and _key(previous["argv"]) == _key(argv)
-        if not self.stale and same and (outputs is None or outputs.exists()):
+        same = (
+            previous is not None
+            and _key(previous["argv"]) == _key(argv)
+            and previous.get("inputs", {}) == digests
+        )
+        finished = same and previous.get("seconds") is not None
+        if not self.stale and finished and (outputs is None or outputs.exists()):
             console.print(f"reused: {name} (finished earlier with the same arguments)")
             self.seconds[name] = previous["seconds"]
             return
+        resume = (
+            resumable and not self.stale and same and outputs is not None and (outputs / "run.json").is_file()
+        )
         self.stale = True
-        if outputs is not None and outputs.exists() and not (outputs / "run.json").is_file():
-            shutil.rmtree(outputs)  # a training folder from other arguments: start it clean
+        if outputs is not None and outputs.exists() and not resume:
+            shutil.rmtree(outputs)  # another stage's arguments, inputs or model made it: start clean
+        if resume:
+            argv = [*argv, "--resume"]
         console.print("deepanalyze-rl " + " ".join(argv), style="dim", markup=False, highlight=False)
+        self.done[name] = {"argv": _key(argv), "inputs": digests, "seconds": None}  # started
+        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
         start = time.monotonic()
         # its own process: every stage loads a model, and memory a finished stage held (a trainer,
         # an eval policy) goes back to the system before the next one starts
@@ -243,7 +298,7 @@ class Stages:
         if code not in (0, 1) or (code == 1 and argv[0] != "eval"):
             raise UsageError(f"stage {name} failed (exit code {code}): deepanalyze-rl {' '.join(argv)}")
         self.seconds[name] = seconds
-        self.done[name] = {"argv": argv, "seconds": seconds}
+        self.done[name]["seconds"] = seconds
         self.path.write_text(json.dumps(self.done, indent=1) + "\n")
 
 
@@ -251,8 +306,7 @@ def eval_argv(pipe: Pipeline, model: str, tasks: Path, out: Path, config: Path) 
     e = pipe.eval
     argv = ["eval", "--model", model, "--tasks", str(tasks), "--samples", str(e.samples), "--out", str(out)]
     argv += ["--config", str(config), "--max-tokens", str(e.max_tokens), "--temperature", str(e.temperature)]
-    argv += ["--concurrency", str(e.concurrency)]
-    return argv + (["--resume"] if (out / "run.json").is_file() else [])
+    return [*argv, "--concurrency", str(e.concurrency)]
 
 
 def headline(eval_dir: Path) -> dict[str, Any]:
@@ -265,11 +319,6 @@ def headline(eval_dir: Path) -> dict[str, Any]:
         "episodes": overall["episodes"],
         "status_rates": overall["status_rates"],
     }
-
-
-def longest_trajectory(path: Path, task_ids: set[str]) -> int:
-    lines = (json.loads(x) for x in path.read_text().splitlines() if x.strip())
-    return max((len(t["turns"]) for t in lines if t["task_id"] in task_ids), default=1)
 
 
 def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
@@ -298,13 +347,6 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
     env = {"workspace_root": str(bank), **pipe.env}
     config = out / "env.yaml"
     config.write_text(yaml.safe_dump(env))
-    train_ids = {json.loads(x)["id"] for x in files["train"].read_text().splitlines() if x}
-    reference_env = dict(env)
-    reference_env["max_turns"] = max(
-        int(env.get("max_turns", 1)), longest_trajectory(bank / "trajectories.jsonl", train_ids)
-    )
-    reference_config = out / "env-reference.yaml"
-    reference_config.write_text(yaml.safe_dump(reference_env))
 
     dev: dict[str, dict[str, Any]] = {}
     model, order = pipe.model, ["base"]
@@ -312,6 +354,9 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
         "eval_base",
         "dev eval: the starting model",
         eval_argv(pipe, model, files["dev"], out / "eval-base", config),
+        out / "eval-base",
+        [files["dev"], config],
+        resumable=True,
     )
     dev["base"] = headline(out / "eval-base")
 
@@ -319,18 +364,33 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
         reference = out / "reference"
         argv = ["rollout", "--policy", "scripted", "--labels", "good"]
         argv += ["--trajectories", str(bank / "trajectories.jsonl"), "--tasks", str(files["train"])]
-        argv += ["--config", str(reference_config), "--out", str(reference)]
+        # the same env as the evals: a reference longer than max_turns is cut before its answer,
+        # fails the gate and is not SFT data (it would teach the policy to run out of turns)
+        argv += ["--config", str(config), "--out", str(reference)]
         argv += ["--keep", 'reward_status == "scored" and format_ok']
-        argv += ["--resume"] if (reference / "run.json").is_file() else []
-        stages.run("reference", "SFT data: the train tasks' reference episodes through the env", argv)
+        stages.run(
+            "reference",
+            "SFT data: the train tasks' reference episodes through the env",
+            argv,
+            reference,
+            [files["train"], config, bank / "trajectories.jsonl"],
+            resumable=True,
+        )
         sft_dir = out / "sft"
         argv = ["train", pipe.sft.recipe, f"output_dir={sft_dir}", f"model={model}"]
-        argv += [f"data=[{reference / 'kept.jsonl'}]"] + [f"{k}={v}" for k, v in pipe.sft.set.items()]
-        stages.run("sft", "SFT warm start", argv, sft_dir)
+        argv += [f"data=[{reference / 'kept.jsonl'}]", *pipe.sft.overrides()]
+        stages.run("sft", "SFT warm start", argv, sft_dir, [Path(pipe.sft.recipe)])
         model = str(sft_dir)
         if pipe.eval.after_sft or pipe.grpo is None:
             argv = eval_argv(pipe, model, files["dev"], out / "eval-sft", config)
-            stages.run("eval_sft", "dev eval: after SFT", argv)
+            stages.run(
+                "eval_sft",
+                "dev eval: after SFT",
+                argv,
+                out / "eval-sft",
+                [files["dev"], config],
+                resumable=True,
+            )
             dev["sft"] = headline(out / "eval-sft")
             order.append("sft")
 
@@ -339,13 +399,16 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
         grpo_dir = out / "grpo"
         argv = ["train", pipe.grpo.recipe, f"output_dir={grpo_dir}", f"model={model}"]
         argv += [f"data=[{files['train']}]", f"env={json.dumps(env)}"]
-        argv += [f"{k}={v}" for k, v in pipe.grpo.set.items()]
-        stages.run("grpo", "GRPO", argv, grpo_dir)
+        argv += pipe.grpo.overrides()
+        stages.run("grpo", "GRPO", argv, grpo_dir, [Path(pipe.grpo.recipe), files["train"]])
         model = str(grpo_dir)
         stages.run(
             "eval_grpo",
             "dev eval: after GRPO",
             eval_argv(pipe, model, files["dev"], out / "eval-grpo", config),
+            out / "eval-grpo",
+            [files["dev"], config],
+            resumable=True,
         )
         dev["grpo"] = headline(out / "eval-grpo")
         order.append("grpo")
@@ -365,6 +428,9 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
             "eval_test",
             "test eval: the last model, once",
             eval_argv(pipe, model, files["test"], out / "eval-test", config),
+            out / "eval-test",
+            [files["test"], config],
+            resumable=True,
         )
         test = headline(out / "eval-test")
 

@@ -111,6 +111,7 @@ def build_policy(args: argparse.Namespace) -> Any:
         max_tokens=args.policy_max_tokens,
         timeout_s=args.policy_timeout,
         layout=args.policy_layout,
+        max_batch=args.concurrency,  # transformers: concurrent episodes' turns share one generate call
     )
 
 

@@ -10,7 +10,8 @@ A policy maps the conversation so far to the next assistant turn. Three kinds:
 - ``transformers`` runs a local model (default: the embedded SmolLM2) with the same stop strings.
 
 Policies are called from several threads at once (``--concurrency``); each keeps its own
-thread-safety (the HTTP client is thread-safe, a local model generates under a lock).
+thread-safety (the HTTP client is thread-safe; a local model batches the waiting turns into one
+``generate``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,12 +208,31 @@ class OpenAIPolicy:
 
 
 @dataclass
+class _Request:
+    """One turn waiting for a batched ``generate`` call."""
+
+    ids: list[int]
+    seed: int
+    result: PolicyTurn | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+@dataclass
 class TransformersPolicy:
-    """A local causal LM (``embedded:NAME`` or a path/hub id), generating under one lock.
+    """A local causal LM (``embedded:NAME`` or a path/hub id).
 
     The default ``layout="continue"`` renders the prompt with the chat template and appends the
     episode's turns and observations as raw text — the token layout the TRL and SkyRL recipes
     train with (DESIGN, token layout) — so a rollout sees what training would.
+
+    Concurrent episodes share the model through one batched ``generate`` per round: the first
+    waiting turn leads, collects up to ``max_batch`` turns (waiting at most ``batch_wait_s`` for
+    the other episodes' code cells to finish), left-pads them and generates them together. On
+    CPU a batch of 6 turns produces ~2.6x the tokens per second of one at a time. Greedy turns
+    are the same as unbatched ones (up to float rounding of padded attention); a sampled turn
+    is seeded per batch (by its first turn), so with ``max_batch > 1`` a resumed sampled run is
+    not token-for-token the uninterrupted one — use ``max_batch=1`` for that.
     """
 
     model: str = "embedded:smollm2"
@@ -219,14 +240,20 @@ class TransformersPolicy:
     max_tokens: int = 512
     layout: str = "continue"
     device: str | None = None
+    max_batch: int = 1  # the CLIs pass --concurrency
+    batch_wait_s: float = 0.5
     name: str = "transformers"
     _tok: Any = field(default=None, repr=False)
     _model: Any = field(default=None, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    _pending: list[_Request] = field(default_factory=list, repr=False)
+    _busy: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise ConfigError(f"policy layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if self.max_batch < 1:
+            raise ConfigError(f"transformers policy max_batch must be >= 1, got {self.max_batch}")
         try:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -263,34 +290,86 @@ class TransformersPolicy:
         return ids
 
     def act(self, ctx: TurnContext) -> PolicyTurn:
+        request = _Request(self._prompt_ids(ctx), ctx.seed)
+        with self._cond:
+            self._pending.append(request)
+            self._cond.notify_all()
+            while not request.done:
+                if self._busy:
+                    self._cond.wait()
+                    continue
+                self._busy = True  # this thread leads the next batch (not necessarily its own turn)
+                deadline = time.monotonic() + self.batch_wait_s
+                while len(self._pending) < self.max_batch and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
+                batch = self._pending[: self.max_batch]
+                del self._pending[: len(batch)]
+                self._cond.release()
+                try:
+                    self._generate(batch)
+                finally:
+                    self._cond.acquire()
+                    self._busy = False
+                    for done in batch:
+                        done.done = True
+                    self._cond.notify_all()
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
+
+    def _generate(self, batch: list[_Request]) -> None:
+        """One left-padded ``generate`` for the batch; never raises (errors go to each request)."""
         import torch
 
-        ids = self._prompt_ids(ctx)
+        pad_id = self._tok.pad_token_id if self._tok.pad_token_id is not None else self._tok.eos_token_id
         sample = self.temperature > 0
         kwargs: dict[str, Any] = {
             "max_new_tokens": self.max_tokens,
             "do_sample": sample,
             "stop_strings": list(protocol.STOP_TAGS),
             "tokenizer": self._tok,
-            "pad_token_id": self._tok.pad_token_id
-            if self._tok.pad_token_id is not None
-            else self._tok.eos_token_id,
+            "pad_token_id": pad_id,
         }
         if sample:
             kwargs["temperature"] = self.temperature
         else:  # silence "generation flags are not valid" warnings from the model's sampling defaults
             kwargs.update(temperature=None, top_p=None, top_k=None)
+        width = max(len(r.ids) for r in batch)
+        inputs = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, r in enumerate(batch):
+            inputs[i, width - len(r.ids) :] = torch.tensor(r.ids, dtype=torch.long)
+            mask[i, width - len(r.ids) :] = 1
+        started = time.monotonic()
         try:
-            with self._lock, torch.no_grad():
-                torch.manual_seed(ctx.seed)
-                inputs = torch.tensor([ids], device=self.device)
-                out = self._model.generate(inputs, attention_mask=torch.ones_like(inputs), **kwargs)
+            with torch.no_grad():
+                torch.manual_seed(batch[0].seed)
+                out = self._model.generate(
+                    inputs.to(self.device), attention_mask=mask.to(self.device), **kwargs
+                )
         except RuntimeError as exc:
-            raise PolicyError(f"transformers policy {self.model}: generation failed: {exc}") from None
-        new = out[0, len(ids) :].tolist()
-        text = protocol.truncate_action(self._tok.decode(new, skip_special_tokens=True))
-        finish = "length" if len(new) >= self.max_tokens else "stop"
-        return PolicyTurn(text, {"prompt_tokens": len(ids), "completion_tokens": len(new)}, finish)
+            error = PolicyError(f"transformers policy {self.model}: generation failed: {exc}")
+            for r in batch:
+                r.error = error
+            return
+        except Exception as exc:  # handed to every waiting episode, raised there
+            for r in batch:
+                r.error = exc
+            return
+        log.debug(
+            "generated %d turns (prompt width %d, %d new) in %.1fs",
+            len(batch),
+            width,
+            out.shape[1] - width,
+            time.monotonic() - started,
+        )
+        for r, row in zip(batch, out[:, width:].tolist(), strict=True):
+            while row and row[-1] == pad_id:  # a row that stopped early is padded to the longest
+                row.pop()
+            text = protocol.truncate_action(self._tok.decode(row, skip_special_tokens=True))
+            finish = "length" if len(row) >= self.max_tokens else "stop"
+            r.result = PolicyTurn(text, {"prompt_tokens": len(r.ids), "completion_tokens": len(row)}, finish)
 
 
 # ---------------------------------------------------------------------------- construction
@@ -321,6 +400,6 @@ def make_policy(kind: str, **options: Any) -> Any:
         )
         return OpenAIPolicy(**{k: options[k] for k in known if k in options})
     if kind == "transformers":
-        known = ("model", "temperature", "max_tokens", "layout", "device")
+        known = ("model", "temperature", "max_tokens", "layout", "device", "max_batch")
         return TransformersPolicy(**{k: options[k] for k in known if k in options})
     raise ConfigError(f"unknown policy {kind!r}; use scripted, openai or transformers")

@@ -1,0 +1,97 @@
+"""The local eval/rollout policy batches concurrent episodes' turns into one ``generate`` call.
+
+Real SmolLM2 (greedy), real threads. The oracle for each turn is the same policy with
+``max_batch=1`` (one turn per ``generate``, the behaviour before batching)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from deepanalyze_env.offline.policies import PolicyError, TransformersPolicy, TurnContext
+
+QUESTIONS = [
+    "What is the mean of column age in data.csv?",
+    "Count the rows of wine.csv where alcohol > 12.",
+    "Which column of fair.csv has the most missing values?",
+]
+
+
+def _ctx(i: int) -> TurnContext:
+    messages = [
+        {"role": "system", "content": "You analyse data. Write <Analyze>, then <Code>."},
+        {"role": "user", "content": QUESTIONS[i]},
+    ]
+    return TurnContext(f"ep{i}", f"t{i}", None, 0, messages, 2)
+
+
+class CountingGenerate:
+    """Wraps the real model's ``generate`` to record each call's batch size."""
+
+    def __init__(self, model):
+        self.inner = model.generate
+        self.sizes: list[int] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, inputs, **kwargs):
+        with self.lock:
+            self.sizes.append(int(inputs.shape[0]))
+        return self.inner(inputs, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def policy(smollm2_dir):
+    return TransformersPolicy(model=smollm2_dir, max_tokens=24, device="cpu", max_batch=3, batch_wait_s=5.0)
+
+
+def test_concurrent_turns_share_one_generate_and_match_unbatched_turns(policy, smollm2_dir):
+    spy = CountingGenerate(policy._model)
+    policy._model.generate = spy
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            batched = list(pool.map(policy.act, [_ctx(i) for i in range(3)]))
+    finally:
+        del policy._model.generate
+    assert spy.sizes == [3]
+    policy.max_batch = 1
+    try:
+        alone = [policy.act(_ctx(i)) for i in range(3)]
+    finally:
+        policy.max_batch = 3
+    assert [t.text for t in batched] == [t.text for t in alone]
+    assert [t.usage for t in batched] == [t.usage for t in alone]
+    assert all(t.text for t in batched)
+
+
+def test_a_lone_turn_goes_after_the_wait_window_without_a_full_batch(policy):
+    policy.batch_wait_s = 0.2
+    try:
+        turn = policy.act(_ctx(0))
+    finally:
+        policy.batch_wait_s = 5.0
+    assert turn.usage["prompt_tokens"] == len(policy._prompt_ids(_ctx(0)))
+    assert 0 < turn.usage["completion_tokens"] <= 24
+
+
+def test_a_failed_generate_reaches_every_episode_in_the_batch(policy):
+    def broken(inputs, **kwargs):
+        raise RuntimeError("out of memory")
+
+    policy._model.generate = broken
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            futures = [pool.submit(policy.act, _ctx(i)) for i in range(3)]
+            errors = [f.exception(timeout=60) for f in futures]
+    finally:
+        del policy._model.generate
+    assert all(isinstance(e, PolicyError) and "out of memory" in str(e) for e in errors)
+    assert policy.act(_ctx(1)).text  # the policy still works afterwards
+
+
+def test_max_batch_below_one_is_refused(smollm2_dir):
+    from deepanalyze_env.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="max_batch"):
+        TransformersPolicy(model=smollm2_dir, max_batch=0)
