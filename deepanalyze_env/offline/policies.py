@@ -229,7 +229,8 @@ class TransformersPolicy:
     Concurrent episodes share the model through one batched ``generate`` per round: the first
     waiting turn leads, collects up to ``max_batch`` turns (waiting at most ``batch_wait_s`` for
     the other episodes' code cells to finish), left-pads them and generates them together. On
-    CPU a batch of 6 turns produces ~2.6x the tokens per second of one at a time. Greedy turns
+    CPU a batch of 6 turns produces 2.9x the tokens per second of one at a time
+    (``benchmarks/policy_batching.py``). Greedy turns
     are the same as unbatched ones (up to float rounding of padded attention); a sampled turn
     is seeded per batch (by its first turn), so with ``max_batch > 1`` a resumed sampled run is
     not token-for-token the uninterrupted one — use ``max_batch=1`` for that.
