@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -234,7 +235,7 @@ def _key(argv: list[str]) -> list[str]:
     return [a for a in argv if a != "--resume"]
 
 
-def _digests(inputs: list[Path]) -> dict[str, str]:
+def _digests(inputs: Sequence[Path]) -> dict[str, str]:
     """Content hashes of a stage's input files: same arguments over changed task files, env
     config or recipe are different work."""
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in inputs if p.is_file()}
@@ -263,11 +264,11 @@ class Stages:
         title: str,
         argv: list[str],
         outputs: Path | None = None,
-        inputs: tuple[Path, ...] | list[Path] = (),
+        inputs: Sequence[Path] = (),
         resumable: bool = False,
     ) -> None:
         console.print(Rule(f"[bold]{title}[/bold]"))
-        digests = _digests(list(inputs))
+        digests = _digests(inputs)
         previous = self.done.get(name)
         same = (
             previous is not None
