@@ -1,12 +1,17 @@
 """Checkable answers without a judge: tolerance-aware match and DABench's ``@name[value]`` parts.
 
 Both read the task's ``reward_spec``: ``tolerance`` is an absolute tolerance for numeric answers
-(a number, or for ``answer_parts`` a mapping part name → number); without it numbers match to a
-relative 1e-6, as ``qa_accuracy`` does. A question that says "round to 2 decimals" sets
-``tolerance: 0.005``, so ``3.14``, ``3.140`` and an unrounded ``3.1412`` are right and ``3.2`` or
-a mis-rounded ``3.15`` (truth 3.1412) are wrong. A malformed answer (no ``@name[value]`` parts,
-no answer at all) scores 0: that is the policy's mistake. A malformed ground truth or tolerance
-raises, which the plan turns into ``verifier_error``.
+(a number, or for ``answer_parts`` a mapping part name → number); without it numbers must be the
+same decimal value, as for ``qa_accuracy`` (``rewards.normalize.numbers_equal`` owns the rule).
+``reward_spec["match"] == "dabench"`` (what ``prepare-data --from dabench`` writes) scores
+``answer_parts`` exactly as DABench's own evaluation does: its ``@name[value]`` pattern, values
+as written, the exact string or an absolute difference below 1e-6 (``dabench_equal``).
+
+A question that says "round to 2 decimals" sets ``tolerance: 0.005``, so ``3.14``, ``3.140`` and
+an unrounded ``3.1412`` are right and ``3.2`` or a mis-rounded ``3.15`` (truth 3.1412) are wrong.
+A malformed answer (no ``@name[value]`` parts, no answer at all) scores 0: that is the policy's
+mistake. A malformed ground truth or tolerance raises, which the plan turns into
+``verifier_error``.
 """
 
 from __future__ import annotations
@@ -16,11 +21,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from rewards.normalize import REL_TOL, as_number, normalise_text
+from rewards.normalize import dabench_equal, normalise_text, numbers_equal
 from rewards.registry import register_reward
 
 # @name[value]; a value may hold one level of brackets (a list written as [a, b]).
 PART = re.compile(r"@([A-Za-z_][A-Za-z0-9_]*)\[((?:[^\[\]]|\[[^\[\]]*\])*)\]")
+# DABench's own pattern (lazy, no nesting), used with ``match: dabench``.
+DABENCH_PART = re.compile(r"@(\w+)\[(.*?)\]")
+MATCH_RULES = ("default", "dabench")
 
 
 def _tolerance(value: Any, where: str) -> float | None:
@@ -32,16 +40,15 @@ def _tolerance(value: Any, where: str) -> float | None:
 
 
 def values_match(answer: Any, truth: Any, tolerance: float | None = None) -> bool:
-    """Numbers within ``tolerance`` (absolute) or a relative 1e-6; text after normalisation.
+    """Numbers by ``numbers_equal`` (within ``tolerance``, else the same decimal); text after
+    normalisation.
 
     Comma-separated truths (an ordered list such as ``"Texas, Ohio"``) match element by element,
     so spacing after the commas does not matter but order and every element do.
     """
-    a_num, g_num = as_number(answer), as_number(truth)
-    if a_num is not None and g_num is not None:
-        if tolerance is not None:
-            return abs(a_num - g_num) <= tolerance + 1e-9 * max(1.0, abs(g_num))
-        return math.isclose(a_num, g_num, rel_tol=REL_TOL, abs_tol=1e-12)
+    numeric = numbers_equal(answer, truth, tolerance)
+    if numeric is not None:
+        return numeric
     a_text, g_text = normalise_text(answer), normalise_text(truth)
     if "," in str(truth):
         a_items = [x.strip() for x in str(answer).strip().strip("[]()").split(",")]
@@ -99,10 +106,23 @@ def expected_parts(ground_truth: Any) -> dict[str, str]:
     return {name: str(value) for name, value in parts.items()}
 
 
+def _match_rule(reward_spec: Mapping[str, Any]) -> str:
+    rule = reward_spec.get("match", "default")
+    if rule not in MATCH_RULES:
+        raise ValueError(f"reward_spec.match must be one of {', '.join(MATCH_RULES)}, got {rule!r}")
+    return str(rule)
+
+
 @register_reward("answer_parts", components=("answer_parts", "answer_parts_all"))
 def answer_parts(answer: str | None, ground_truth, reward_spec: dict) -> dict[str, float]:
     """Fraction of ``@name[value]`` parts answered correctly, and 1.0 only when all are."""
     expected = expected_parts(ground_truth)
+    if _match_rule(reward_spec) == "dabench":
+        if reward_spec.get("tolerance") is not None:
+            raise ValueError("reward_spec.match 'dabench' has its own rule; drop reward_spec.tolerance")
+        given_raw = dict(DABENCH_PART.findall(answer or ""))
+        right = sum(1 for name, truth in expected.items() if dabench_equal(given_raw.get(name), truth))
+        return {"answer_parts": right / len(expected), "answer_parts_all": float(right == len(expected))}
     raw_tol = reward_spec.get("tolerance")
     if isinstance(raw_tol, Mapping):
         unknown = set(raw_tol) - set(expected)

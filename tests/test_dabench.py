@@ -70,6 +70,7 @@ def test_a_row_carries_question_constraints_format_and_the_csv(tmp_path, capsys)
         "method": "verified",
         "ground_truth": [["variety", "Bramley"], ["tree_count", "3"]],
         "function": ["answer_parts"],
+        "match": "dabench",  # scored by DABench's own rule
     }
     assert (tmp_path / "dabench" / "orchard" / "orchard.csv").read_bytes() == (
         FIXTURE / "tables" / "orchard.csv"

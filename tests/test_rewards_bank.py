@@ -12,6 +12,7 @@ import pytest
 
 from rewards import RewardContext, RewardPlan, RewardSpecError
 from rewards.answers import answer_match, answer_parts, parse_parts
+from rewards.components import qa_accuracy
 from rewards.files import compare_table, file_match
 
 GATE_OK = "<Analyze>a</Analyze><Answer>x</Answer>"
@@ -44,9 +45,67 @@ def test_answer_match_uses_the_tasks_tolerance(answer, expected):
     assert answer_match(answer, "3.14", {"tolerance": 0.005}) == expected
 
 
-def test_answer_match_without_tolerance_is_relative_1e6():
+def test_answer_match_without_tolerance_is_the_same_decimal_value():
     assert answer_match("1,234", 1234, {}) == 1.0
     assert answer_match("1234.01", 1234, {}) == 0.0
+    assert answer_match("3.140", "3.14", {}) == 1.0
+    assert answer_match("1e3", 1000, {}) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "truth"),
+    [
+        # a relative 1e-6 accepted these (real DABench dev labels, perturbed at the answer's precision)
+        ("40974.169", "40974.16"),
+        ("22756785531.299", "22756785531.29"),
+        ("1000000.4", 1000000),
+        # and an absolute 1e-12 floor accepted these tiny ones
+        ("1e-13", "2e-13"),
+        ("0.0000000000003", "0.0000000000004"),
+    ],
+)
+def test_answer_match_without_tolerance_rejects_a_different_value_at_any_magnitude(answer, truth):
+    assert answer_match(answer, truth, {}) == 0.0
+    assert qa_accuracy(answer, truth) == 0.0
+
+
+def test_a_stated_tolerance_does_not_grow_with_the_magnitude():
+    # 0.009 off with a tolerance of 0.005: wrong, however large the value (a 1e-9 relative slack
+    # used to add 22.7 here)
+    assert answer_match("22756785531.299", "22756785531.29", {"tolerance": 0.005}) == 0.0
+    assert answer_match("22756785531.294", "22756785531.29", {"tolerance": 0.005}) == 1.0
+    assert answer_match("3.145", "3.14", {"tolerance": 0.005}) == 1.0  # the edge, float noise aside
+
+
+@pytest.mark.parametrize(
+    ("answer", "fraction"),
+    [
+        ("@n[40] @city[Paris]", 1.0),
+        ("@n[40.0000001] @city[Paris]", 1.0),  # floats within 1e-6
+        ("@n[40.000002] @city[Paris]", 0.5),  # 2e-6 off
+        ("@n[40] @city[paris]", 0.5),  # text is the exact string
+        ("@n[40] @city[ Paris]", 0.5),  # values as written (no strip)
+        ("@n[ 40] @city[Paris]", 1.0),  # float(' 40') == 40, as DABench reads it
+    ],
+)
+def test_dabench_rows_score_as_dabenchs_own_evaluation(answer, fraction):
+    spec = {"method": "verified", "ground_truth": [["n", "40"], ["city", "Paris"]], "match": "dabench"}
+    assert answer_parts(answer, spec["ground_truth"], spec)["answer_parts"] == fraction
+
+
+def test_dabench_rule_on_large_and_small_magnitudes():
+    spec = {"match": "dabench"}
+    assert answer_parts("@v[22756785531.299]", [["v", "22756785531.29"]], spec)["answer_parts"] == 0.0
+    assert answer_parts("@v[40974.169]", [["v", "40974.16"]], spec)["answer_parts"] == 0.0
+    assert answer_parts("@v[0.0000005]", [["v", "0.0000001"]], spec)["answer_parts"] == 1.0  # 4e-7 < 1e-6
+
+
+def test_dabench_rule_refuses_a_tolerance_and_an_unknown_rule_is_a_verifier_error():
+    base = {"method": "verified", "ground_truth": [["n", "1"]], "function": ["answer_parts"]}
+    outcome = score({**base, "match": "dabench", "tolerance": 0.1}, "@n[1]")
+    assert outcome.status == "verifier_error" and "tolerance" in outcome.error
+    outcome = score({**base, "match": "fuzzy"}, "@n[1]")
+    assert outcome.status == "verifier_error" and "reward_spec.match" in outcome.error
 
 
 def test_answer_match_compares_lists_in_order():

@@ -123,6 +123,7 @@ def convert(questions: Path, labels: Path, tables: Path, root: Path) -> Conversi
                     "method": "verified",
                     "ground_truth": answers[q["id"]],
                     "function": ["answer_parts"],
+                    "match": "dabench",
                 },
                 "level": q["level"],
                 "concepts": q["concepts"],
