@@ -193,9 +193,9 @@ def apply_tag_tokens(cfg: DeepAnalyzeSkyRLConfig, tokenizer: Any) -> dict[str, i
     it is; vLLM keeps the stop token in the returned ids and SkyRL decodes them with special
     tokens kept, so the env reads the tag). Idempotent; raises ConfigError for a tag that cannot
     be stopped on. Returns ``{tag: id}``."""
-    from deepanalyze_env.trainers.tag_tokens import tag_stop_ids
+    from deepanalyze_env.core.tag_tokens import tag_stop_ids
 
-    ids = tag_stop_ids(tokenizer, STOP)
+    ids = tag_stop_ids(tokenizer)
     if not ids:
         return ids
     if cfg.generator.inference_engine.enable_return_sample_support_set:

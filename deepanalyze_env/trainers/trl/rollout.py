@@ -33,7 +33,6 @@ import copy
 import logging
 import math
 import uuid
-import weakref
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,30 +42,13 @@ from typing import Any, Literal
 
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.env import DeepAnalyzeEnv
+from deepanalyze_env.core.tag_tokens import token_rules
 from deepanalyze_env.core.tasks import env_extras
 from deepanalyze_env.core.tokens import prompt_token_ids
 
 log = logging.getLogger(__name__)
 
 TASK_KEY = "task_id"  # carried inside the prompt's first message: TRL passes only prompts
-
-# Tags of the protocol. Some tokenizers (DeepAnalyze's) hold them as special tokens; decoding for
-# the env must keep them while dropping other special tokens such as EOS.
-PROTOCOL_TAGS = (
-    "<Analyze>",
-    "</Analyze>",
-    "<Understand>",
-    "</Understand>",
-    "<Code>",
-    protocol.CODE_CLOSE,
-    "<Execute>",
-    "</Execute>",
-    protocol.ANSWER_OPEN,
-    protocol.ANSWER_CLOSE,
-    "<think>",
-    "</think>",
-)
-
 
 @dataclass
 class Generated:
@@ -83,58 +65,6 @@ def tokenizer_of(trainer: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------- tokenizer rules
-
-
-@dataclass(frozen=True)
-class TokenRules:
-    """What the rollout must know about a tokenizer's special tokens, read once per tokenizer.
-
-    ``stop_ids``: closing tags that are single tokens; generation must stop on these ids, because
-    vLLM matches stop strings against text that skips special tokens (they would never fire).
-    ``drop_ids``: special tokens removed from the text the env sees (EOS, chat markers) — every
-    special token except the protocol's tags, which must survive decoding.
-    ``special_tags``: protocol tags that are special tokens (observation framing keeps them).
-    """
-
-    stop_ids: tuple[int, ...]
-    drop_ids: frozenset[int]
-    special_tags: frozenset[str]
-
-
-_RULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def token_rules(tok: Any) -> TokenRules:
-    """Cached per tokenizer object and vocabulary size (adding tokens reads the rules again)."""
-    try:
-        cached = _RULES.get(tok)
-    except TypeError:  # not weak-referenceable: read every time (a dozen encodes)
-        return _read_rules(tok)
-    if cached is None or cached[0] != len(tok):
-        cached = (len(tok), _read_rules(tok))
-        _RULES[tok] = cached
-    return cached[1]
-
-
-def _read_rules(tok: Any) -> TokenRules:
-    added = getattr(tok, "added_tokens_decoder", {}) or {}
-    special = set(getattr(tok, "all_special_ids", []) or []) | {i for i, t in added.items() if t.special}
-    tag_ids: dict[str, int] = {}
-    for tag in PROTOCOL_TAGS:
-        ids = tok.encode(tag, add_special_tokens=False)
-        if len(ids) == 1:
-            tag_ids[tag] = ids[0]
-        elif any(i in special for i in ids) and tag in protocol.STOP_TAGS:
-            raise ValueError(
-                f"the tokenizer splits the stop tag {tag!r} into special and ordinary tokens "
-                f"{ids}: neither stop strings nor stop token ids can end a turn there"
-            )
-    special_tags = frozenset(tag for tag, i in tag_ids.items() if i in special)
-    return TokenRules(
-        stop_ids=tuple(tag_ids[t] for t in protocol.STOP_TAGS if t in tag_ids and tag_ids[t] in special),
-        drop_ids=frozenset(special - set(tag_ids.values())),
-        special_tags=special_tags,
-    )
 
 
 def env_text(tok: Any, ids: Sequence[int]) -> str:

@@ -28,8 +28,9 @@ from typing import Any
 
 from deepanalyze_env.core.filters import RecordFilter
 from deepanalyze_env.core.records import load_run, own_turn_indices
+from deepanalyze_env.core.tag_tokens import token_rules
 from deepanalyze_env.core.tokens import prompt_token_ids, text_token_ids
-from deepanalyze_env.trainers.trl.rollout import encode_observation, token_rules
+from deepanalyze_env.trainers.trl.rollout import encode_observation
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from deepanalyze_env.core.config import ConfigError, EnvConfig
 from deepanalyze_env.core.models import resolve_model
 from deepanalyze_env.core.records import load_run, write_jsonl_atomic
 from deepanalyze_env.core.row_check import BadRowsError, check_rows
+from deepanalyze_env.core.tag_tokens import token_rules
 from deepanalyze_env.core.tasks import load_rows, with_task_ids
 from deepanalyze_env.trainers.curriculum import SuccessRateCurriculum
 from deepanalyze_env.trainers.recipes import Recipe
@@ -32,7 +33,6 @@ from deepanalyze_env.trainers.trl.rollout import (
     DeepAnalyzeRollout,
     RolloutStats,
     environment_reward,
-    token_rules,
     trl_dataset_rows,
 )
 
