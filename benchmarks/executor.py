@@ -4,7 +4,7 @@ Why this exists: upstream DeepAnalyze starts one ``multiprocessing.Process`` per
 SkyRL (which forces the ``spawn`` start method) that costs hundreds of milliseconds per cell, so
 rollouts spend their time starting interpreters rather than running the policy's code. This env
 instead forks one worker per *episode* from a preloaded fork server and sends cells to it over a
-pipe (DESIGN.md, "Runtime model"). This script measures, in one run on one machine:
+pipe (docs/design.md §12). This script measures, in one run on one machine:
 
 1. the per-cell overhead of ``env.step`` for a ``print(1)`` cell (median, p90);
 2. baseline A: one ``spawn`` Process per cell, the child exec'ing ``print(1)`` with stdout

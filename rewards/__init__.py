@@ -1,4 +1,4 @@
-"""Reward functions, methods and the plan that scores an episode (DESIGN contracts 4–5)."""
+"""Reward functions, methods and the plan that scores an episode (docs/design.md §7–8)."""
 
 from __future__ import annotations
 

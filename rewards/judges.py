@@ -1,4 +1,4 @@
-"""LLM-judge reward components (DESIGN contract 4; issue "Rewards": judge components).
+"""LLM-judge reward components (docs/design.md §7; issue "Rewards": judge components).
 
 Each function is registered under its v1 name and under DeepAnalyze's name, so upstream
 datasets that list ``llm_as_judgement_*`` in ``reward_spec["function"]`` run unchanged. The

@@ -1,4 +1,4 @@
-"""Reward-function registry (DESIGN contract 4).
+"""Reward-function registry (docs/design.md §7).
 
 A reward function is a plain function whose keyword parameters name the context fields it
 needs; the env passes only those. Registration records that signature, so unknown parameters

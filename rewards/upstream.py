@@ -1,7 +1,7 @@
 """The ``upstream`` profile's scoring: DeepAnalyze's reward, reproduced for comparison runs.
 
 Given the same trajectory and the same judge replies this gives the reward DeepAnalyze's RL
-environment gave (DESIGN contract 5): gate and answer over the whole history *including*
+environment gave (docs/design.md §8): gate and answer over the whole history *including*
 execution output, raw ``==`` after splitting on ``Answer:``, the ```python fence gate, the
 first ``SCORE:`` match as an integer, DeepAnalyze's component names (a scalar judge keyed by
 ``str(reward_spec["function"])``, so two scalar functions collide exactly as there), and a plain

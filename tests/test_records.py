@@ -1,4 +1,4 @@
-"""Episode records (DESIGN contract 6): fields, versions, torn lines, run folders, SFT loading."""
+"""Episode records (docs/design.md §9): fields, versions, torn lines, run folders, SFT loading."""
 
 from __future__ import annotations
 

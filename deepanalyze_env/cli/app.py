@@ -1,4 +1,4 @@
-"""``deepanalyze-rl``: the command line (DESIGN contract 7).
+"""``deepanalyze-rl``: the command line (docs/design.md §10).
 
 Each subcommand lives in ``deepanalyze_env.cli.<name>``. User mistakes (a bad flag, a
 missing file, a wrong config key) end with one ``error:`` line and exit code 2, never a

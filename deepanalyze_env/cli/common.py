@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from deepanalyze_env.core.config import EnvConfig
+from deepanalyze_env.core.config import JUDGE_BACKENDS, EnvConfig
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 
@@ -26,9 +26,9 @@ class UsageError(Exception):
 
 def add_shared_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("shared settings (the same in every command)")
-    group.add_argument("--config", metavar="ENV_CONFIG.yaml", help="env_config file (DESIGN contract 2)")
+    group.add_argument("--config", metavar="ENV_CONFIG.yaml", help="env_config file (docs/design.md §5)")
     group.add_argument("--workspace-root", metavar="DIR", help="folder holding the tasks' data folders")
-    group.add_argument("--judge-backend", choices=["openai", "transformers", "replay"])
+    group.add_argument("--judge-backend", choices=list(JUDGE_BACKENDS))
     group.add_argument("--judge-base-url", metavar="URL")
     group.add_argument("--judge-model", metavar="NAME")
     group.add_argument("--judge-concurrency", type=int, metavar="N")

@@ -1,6 +1,6 @@
 """``deepanalyze-rl prepare-data``: task files → dataset rows for SkyRL (parquet) or TRL.
 
-Rows follow DESIGN contract 1 and SkyRL's columns (``data_source``, ``prompt``, ``env_class``,
+Rows follow docs/design.md §4 and SkyRL's columns (``data_source``, ``prompt``, ``env_class``,
 ``reward_spec``, ``data``, ``workspace_id``, ``input_seq``, ``extra_info``). DeepAnalyze's own
 RL rows (JSON/JSONL/parquet with ``prompt`` and ``reward_spec``) pass through unchanged.
 """

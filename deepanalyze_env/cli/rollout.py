@@ -2,7 +2,7 @@
 
 Collects SFT/eval data with a teacher (``--policy openai``), a local model
 (``--policy transformers``) or the shipped reference trajectories (``--policy scripted``).
-With ``--out DIR`` every finished episode is a record (DESIGN contract 6) the moment it ends,
+With ``--out DIR`` every finished episode is a record (docs/design.md §9) the moment it ends,
 so a killed run loses only the episodes in flight and ``--resume`` finishes it.
 """
 

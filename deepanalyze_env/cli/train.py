@@ -15,7 +15,7 @@ def add_parser(sub: Any) -> None:
         "run a recipe: GRPO (TRL or SkyRL backend) or the SFT warm start (trl-sft)",
         "deepanalyze-rl train recipes/trl_cpu_smoke.yaml max_steps=2 output_dir=runs/smoke",
     )
-    p.add_argument("recipe", metavar="RECIPE", help="recipe YAML (DESIGN contract 7)")
+    p.add_argument("recipe", metavar="RECIPE", help="recipe YAML (docs/design.md §10)")
     # REMAINDER so that --check may also come after the overrides (argparse would refuse it there)
     p.add_argument(
         "overrides",

@@ -1,4 +1,4 @@
-"""``env_config`` (DESIGN contract 2) as typed dataclasses with strict, named validation.
+"""``env_config`` (docs/design.md §5) as typed dataclasses with strict, named validation.
 
 Accepts a plain dict, an OmegaConf node or a dataclass, because SkyRL hands us OmegaConf and
 users hand us dicts. An unknown key is an error naming its dotted path: a typo in a training

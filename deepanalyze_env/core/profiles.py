@@ -1,4 +1,4 @@
-"""Profiles (DESIGN contract 5): ``v1`` (fixed semantics) and ``upstream`` (DeepAnalyze's).
+"""Profiles (docs/design.md §8): ``v1`` (fixed semantics) and ``upstream`` (DeepAnalyze's).
 
 A profile is data: the truncation rule, the code-pass rule, the texts of executor failures
 that the code-pass rule reads, whether code runs without a workspace, the reward plan, and

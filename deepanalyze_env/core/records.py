@@ -1,4 +1,4 @@
-"""Episode records (DESIGN contract 6): one JSON line per episode, appended atomically.
+"""Episode records (docs/design.md §9): one JSON line per episode, appended atomically.
 
 Each process writes its own ``episodes-<host>-<pid>.jsonl`` so Ray workers never share a file;
 each record is written with a single ``write()`` on an ``O_APPEND`` descriptor, so readers see

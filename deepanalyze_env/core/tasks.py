@@ -1,4 +1,4 @@
-"""Task files → dataset rows (DESIGN contract 1), with the user message in DeepAnalyze's layout.
+"""Task files → dataset rows (docs/design.md §4), with the user message in DeepAnalyze's layout.
 
 The layout (``# Instruction`` … ``# Data`` then one ``File N: {"name", "size"}`` line per file,
 sizes in KB with one decimal, base 1024) is what DeepAnalyze models saw in training; keeping it

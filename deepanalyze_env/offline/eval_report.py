@@ -1,6 +1,6 @@
 """Evaluation reports from episode records: ``deepanalyze-rl eval`` and ``eval --compare``.
 
-Every number comes from the records of an eval folder (DESIGN contract 6) plus ``tasks.json``
+Every number comes from the records of an eval folder (docs/design.md §9) plus ``tasks.json``
 (each task's method, family and difficulty as the task file gave them), so a report can be
 recomputed anywhere. The definitions are data (:data:`DEFINITIONS`) and go into ``report.md``.
 

@@ -224,7 +224,7 @@ class TransformersPolicy:
 
     The default ``layout="continue"`` renders the prompt with the chat template and appends the
     episode's turns and observations as raw text — the token layout the TRL and SkyRL recipes
-    train with (DESIGN, token layout) — so a rollout sees what training would.
+    train with (docs/design.md §11) — so a rollout sees what training would.
 
     Concurrent episodes share the model through one batched ``generate`` per round: the first
     waiting turn leads, collects up to ``max_batch`` turns (waiting at most ``batch_wait_s`` for

@@ -1,6 +1,6 @@
 """Summary statistics of a run's episode records (``deepanalyze-rl stats``).
 
-Every number is computed from records alone (DESIGN contract 6), so a run can be inspected
+Every number is computed from records alone (docs/design.md §9), so a run can be inspected
 long after it ended, on another machine, and again after ``rescore``. The definitions are
 data (:data:`DEFINITIONS`) and are written into ``stats.md``, so a reader never has to guess
 what a rate is a rate of.

@@ -1,4 +1,4 @@
-"""Recipe files (DESIGN contract 7): YAML with ``backend``, ``output_dir``, ``max_steps``,
+"""Recipe files (docs/design.md §10): YAML with ``backend``, ``output_dir``, ``max_steps``,
 ``model``, ``data``, ``env``, ``rollout``, ``trl``, ``skyrl``, ``sft``, ``curriculum``; ``key=value``
 overrides on top.
 

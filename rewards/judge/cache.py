@@ -31,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 
+from deepanalyze_env.core.config import CACHE_JOURNALS
+
 log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 30_000
@@ -55,7 +57,6 @@ def cache_key(model: str, prompt: str, temperature: float, max_tokens: int, samp
     return digest.hexdigest()
 
 
-JOURNALS = ("auto", "wal", "delete")
 NETWORK_FILESYSTEMS = frozenset(
     {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "glusterfs", "fuse.glusterfs",
      "ceph", "fuse.ceph", "cephfs", "9p", "afs", "fuse.sshfs", "ocfs2", "gfs2", "panfs", "fuse.juicefs",
@@ -86,8 +87,8 @@ def filesystem_type(path: Path, mounts: str | None = None) -> str | None:
 
 def resolve_journal(path: Path, journal: str = "auto", mounts: str | None = None) -> str:
     """``wal`` or ``delete`` for this file (see the module docstring)."""
-    if journal not in JOURNALS:
-        raise ValueError(f"judge cache journal must be one of {', '.join(JOURNALS)}, got {journal!r}")
+    if journal not in CACHE_JOURNALS:
+        raise ValueError(f"judge cache journal must be one of {', '.join(CACHE_JOURNALS)}, got {journal!r}")
     if journal != "auto":
         return journal
     kind = filesystem_type(path.resolve().parent, mounts)

@@ -1,4 +1,4 @@
-"""Frozen, validated judge settings built from ``env_config.judge`` (DESIGN contract 2).
+"""Frozen, validated judge settings built from ``env_config.judge`` (docs/design.md §5).
 
 ``JudgeConfig`` is a mutable dataclass users edit; the client needs a hashable value so one
 client (one connection pool, one concurrency cap, one cache connection) is shared by every

@@ -1,5 +1,5 @@
 """``profile: upstream`` reproduces DeepAnalyze's reward; every expectation is computed by hand
-from upstream's rules (DESIGN contract 5), not by the code under test."""
+from upstream's rules (docs/design.md §8), not by the code under test."""
 
 from __future__ import annotations
 

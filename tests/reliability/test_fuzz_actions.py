@@ -1,6 +1,6 @@
 """Malformed actions (issue 8): >= 10,000 generated actions through ``step()`` of a real env.
 
-No exception escapes, every step's output matches DESIGN contract 3, truncation cuts after the
+No exception escapes, every step's output matches docs/design.md §6, truncation cuts after the
 earliest ``</Code>``/``</Answer>``, and the gate is decided over the policy's own turns. Episodes
 are long (max_turns is large) so one env serves many actions; an ``<Answer>`` ends it and the
 next example gets a fresh one. Most generated code is garbage that fails to compile, so cells

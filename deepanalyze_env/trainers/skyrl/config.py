@@ -1,12 +1,12 @@
 """SkyRL 0.4's config tree, extended (by subclassing, as SkyRL asks) with our two sections.
 
-- ``environment.skyrl_gym.deepanalyze``: the env config (DESIGN contract 2), so
+- ``environment.skyrl_gym.deepanalyze``: the env config (docs/design.md §5), so
   ``environment.skyrl_gym.deepanalyze.judge.base_url=…`` works on the command line. SkyRL's
   generator hands this object to ``skyrl_gym.make`` as ``env_config``.
 - ``deepanalyze``: options of the SkyRL adapter itself (what the recipe's ``rollout:`` holds).
 
 Our defaults go in *before* the user's overrides, so anything here can be overridden; they
-are the settings this env needs (DESIGN "Token layout", contract 3) and SkyRL's own defaults
+are the settings this env needs (docs/design.md §11 and §6) and SkyRL's own defaults
 would get wrong (``max_turns`` 1, gsm8k env class, conversation-style observations).
 """
 
@@ -67,7 +67,7 @@ class DeepAnalyzeEnvironmentConfig(EnvironmentConfig):
 class AdapterConfig(BaseConfig):
     score_truncated: bool = False
     """Episodes the trainer stopped for length (the env never said done): False keeps them out of
-    the loss and the baseline (DESIGN contract 3); True trains on them as a failed gate (−1.0)."""
+    the loss and the baseline (docs/design.md §6); True trains on them as a failed gate (−1.0)."""
     outage_fraction: float = 0.9
     """A batch counts toward the dead-judge stop when at least this fraction of its episodes that
     needed a measured reward got none (verifier_error / environment_error). Format-gate failures

@@ -1,7 +1,7 @@
 """TRL adapter: a multi-turn ``rollout_func`` for ``trl.GRPOTrainer`` and the one reward function.
 
 TRL hands ``rollout_func`` the dataset's ``prompt`` values (already repeated ``num_generations``
-times); each becomes one full ``DeepAnalyzeEnv`` episode. Token layout (DESIGN "Token layout"):
+times); each becomes one full ``DeepAnalyzeEnv`` episode. Token layout (docs/design.md §11):
 the completion is the concatenation of the policy's turns, each cut at the token that completes
 ``</Code>``/``</Answer>``, with the ``<Execute>`` observations appended as raw text tokens that
 carry ``env_mask`` 0 (no loss). Rewards are born in the env: the trainer gets exactly one reward
@@ -323,7 +323,7 @@ class RolloutStats:
 class DeepAnalyzeRollout:
     """``rollout_func(prompts, trainer)`` running one env episode per prompt.
 
-    ``rows`` are dataset rows (DESIGN contract 1) keyed by their ``task_id``; prompts built with
+    ``rows`` are dataset rows (docs/design.md §4) keyed by their ``task_id``; prompts built with
     :func:`trl_prompt` carry that id, so two tasks with identical text are never confused.
     """
 

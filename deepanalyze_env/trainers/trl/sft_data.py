@@ -1,6 +1,6 @@
 """SFT warm start data: episode records → token sequences laid out exactly as the GRPO trainers see them.
 
-A record (DESIGN contract 6) holds the prompt messages the env built (system prompt included),
+A record (docs/design.md §9) holds the prompt messages the env built (system prompt included),
 then the policy's turns with the ``<Execute>`` observations between them. It is rendered as the
 TRL rollout (:mod:`deepanalyze_env.trainers.trl.rollout`) renders a live episode: the prompt through the
 chat template with the generation prompt, then one completion made of each policy turn's tokens
