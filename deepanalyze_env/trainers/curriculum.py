@@ -181,6 +181,21 @@ class StepLog:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def group_variance(rewards_by_task: Iterable[Sequence[float]]) -> tuple[int, int]:
+    """``(groups, zero_variance_groups)`` over the trained rewards of one rollout call, grouped by
+    task: a group counts once it has two trained rewards, and has zero variance when they are all
+    equal (GRPO's advantage is then 0 for every member). The one definition, read by the
+    curriculum's log and by the per-step report of both trainers."""
+    groups = zero = 0
+    for rewards in rewards_by_task:
+        if len(rewards) < 2:
+            continue
+        groups += 1
+        if max(rewards) - min(rewards) <= 1e-9:
+            zero += 1
+    return groups, zero
+
+
 def success_of(outcome: Outcome, config: CurriculumConfig) -> bool | None:
     """True/False for a counted episode, None for one that says nothing about the policy."""
     if outcome["reward_status"] in NOT_COUNTED:
@@ -228,12 +243,9 @@ class SuccessRateCurriculum:
             self._update(i, success)
             if outcome.get("reward") is not None:
                 groups[self.task_ids[i]].append(float(outcome["reward"]))
-        for rewards in groups.values():
-            if len(rewards) < 2:
-                continue
-            self._log.groups += 1
-            if max(rewards) - min(rewards) <= 1e-9:
-                self._log.zero_variance_groups += 1
+        counted, zero = group_variance(groups.values())
+        self._log.groups += counted
+        self._log.zero_variance_groups += zero
 
     def _update(self, i: int, success: bool) -> None:
         task = self.tasks[i]

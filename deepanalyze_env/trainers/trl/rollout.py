@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -45,10 +46,12 @@ from deepanalyze_env.core.env import DeepAnalyzeEnv
 from deepanalyze_env.core.tag_tokens import token_rules
 from deepanalyze_env.core.tasks import env_extras
 from deepanalyze_env.core.tokens import prompt_token_ids
+from deepanalyze_env.trainers.curriculum import group_variance
 
 log = logging.getLogger(__name__)
 
 TASK_KEY = "task_id"  # carried inside the prompt's first message: TRL passes only prompts
+
 
 @dataclass
 class Generated:
@@ -310,7 +313,15 @@ class _Episode:
 
 @dataclass
 class RolloutStats:
-    """What happened since the last ``drain()``: for logging per training step."""
+    """What happened since the last ``drain()``: for logging per training step.
+
+    Besides rewards and counts it holds where the rollout's time went (``generate_seconds``: the
+    policy generating turns; ``env_seconds``: stepping the envs — code cells and the final
+    scoring; ``scoring_seconds``: the reward computation alone, summed over episodes, so it may
+    exceed its share of the wall time when episodes score in parallel) and whether the step can
+    teach: ``groups`` / ``zero_variance_groups`` (``trainers.curriculum.group_variance``) and
+    ``length_cut`` episodes.
+    """
 
     rewards: list[float] = field(default_factory=list)
     components: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
@@ -318,6 +329,11 @@ class RolloutStats:
     terminations: Counter = field(default_factory=Counter)
     episodes: int = 0
     seconds: float = 0.0
+    generate_seconds: float = 0.0
+    env_seconds: float = 0.0
+    scoring_seconds: float = 0.0
+    groups: int = 0
+    zero_variance_groups: int = 0
 
 
 class DeepAnalyzeRollout:
@@ -361,8 +377,6 @@ class DeepAnalyzeRollout:
         return stats
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
-        import time
-
         start = time.monotonic()
         self._calls += 1
         tok = tokenizer_of(trainer)
@@ -385,17 +399,21 @@ class DeepAnalyzeRollout:
                             active.append(ep)
                     caps = [min(self._room(ep, budget), self.max_turn_tokens or budget) for ep in active]
                     contexts = [ep.prompt_ids + ep.completion_ids for ep in active]
+                    started = time.monotonic()
                     outs = lockstep_generate(trainer, generate, contexts, caps)
+                    self.stats.generate_seconds += time.monotonic() - started
                     if outs is None:  # no episode left on any process
                         break
                     if len(outs) != len(active):
                         raise RuntimeError(f"generator returned {len(outs)} turns for {len(active)} episodes")
+                    started = time.monotonic()
                     steps = [
                         pool.submit(self._advance, ep, out, cap, tok, budget, set(eos))
                         for ep, out, cap in zip(active, outs, caps, strict=True)
                     ]
                     for fut in steps:
                         fut.result()
+                    self.stats.env_seconds += time.monotonic() - started
             for ep in episodes:
                 finished = ep.final["termination"] != "length" or self.score_truncated
                 if finished and (not ep.completion_ids or ep.completion_ids[-1] not in eos):
@@ -481,6 +499,7 @@ class DeepAnalyzeRollout:
 
     def _collect(self, episodes: list[_Episode]) -> dict[str, Any]:
         rewards: list[float | None] = []
+        groups: dict[str, list[float]] = defaultdict(list)
         for ep in episodes:
             meta = ep.final
             trainable = meta["reward_status"] == "scored" and (
@@ -490,10 +509,15 @@ class DeepAnalyzeRollout:
             self.stats.episodes += 1
             self.stats.statuses[meta["reward_status"]] += 1
             self.stats.terminations[meta["termination"]] += 1
+            self.stats.scoring_seconds += float(ep.env.timings.get("reward_ms", 0.0)) / 1000.0
             if trainable:
                 self.stats.rewards.append(float(meta["reward"]))
+                groups[str(ep.row["task_id"])].append(float(meta["reward"]))
             for name, value in meta["reward_components"].items():
                 self.stats.components[name].append(value)
+        counted, zero = group_variance(groups.values())
+        self.stats.groups += counted
+        self.stats.zero_variance_groups += zero
         use_logprobs = all(ep.has_logprobs for ep in episodes)
         # An episode without a reward trains nothing: an all-zero mask also keeps its tokens out of
         # the loss normaliser (DAPO's num_items_in_batch), which would otherwise shrink every step.

@@ -100,7 +100,7 @@ def add_stop_token_ids(config: Any, tokenizer: Any) -> None:
         config.generation_kwargs = gen
 
 
-def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any]) -> Table:
+def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any], line: dict[str, Any]) -> Table:
     table = Table(
         title=f"step {step}: {stats.episodes} episodes in {stats.seconds:.1f}s", title_justify="left"
     )
@@ -117,7 +117,61 @@ def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any]) -> Table:
         table.add_row(kind, ", ".join(f"{k}={v}" for k, v in sorted(counts.items())), "")
     if "loss" in logs:
         table.add_row("loss", f"{logs['loss']:.4f}", "")
+    time_, teach = line["time"], line["teach"]
+    loss_word = {True: "non-zero", False: "zero", None: "n/a"}[teach["loss_nonzero"]]
+    table.add_row(
+        "time (s)",
+        f"rollout {time_['rollout_s']:.1f} (generate {time_['generate_s']:.1f}, env {time_['env_s']:.1f}, "
+        f"scoring {time_['scoring_s']:.1f}), update {time_['update_s']:.1f}",
+        "",
+    )
+    table.add_row(
+        "can teach",
+        f"trained {teach['episodes_trained']}/{stats.episodes}, length-cut {teach['length_cut']}, "
+        f"zero-variance groups {teach['zero_variance_groups']}/{teach['groups']}, "
+        f"loss {loss_word}",
+        "",
+    )
     return table
+
+
+def step_line(
+    step: int, stats: RolloutStats, logs: dict[str, Any], step_seconds: float, elapsed: float
+) -> dict[str, Any]:
+    """One ``metrics.jsonl`` line: rewards and counts, where the step's time went, and whether it
+    could teach (trained episodes, length cuts, zero-variance groups, a non-zero loss)."""
+    rewards = stats.rewards
+    mean = sum(rewards) / len(rewards) if rewards else None
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else None
+    loss = logs.get("loss")
+    return {
+        "step": step,
+        "reward_mean": mean,
+        "reward_std": std,
+        "components": {k: sum(v) / len(v) for k, v in stats.components.items()},
+        "status_counts": dict(stats.statuses),
+        "termination_counts": dict(stats.terminations),
+        "episodes": stats.episodes,
+        "rollout_seconds": round(stats.seconds, 3),
+        "elapsed_seconds": round(elapsed, 3),
+        "time": {
+            "step_s": round(step_seconds, 3),
+            "rollout_s": round(stats.seconds, 3),
+            "generate_s": round(stats.generate_seconds, 3),
+            "env_s": round(stats.env_seconds, 3),
+            "scoring_s": round(stats.scoring_seconds, 3),
+            # the rest of the step: log-probs, loss, backward and the optimizer step
+            "update_s": round(max(step_seconds - stats.seconds, 0.0), 3),
+        },
+        "teach": {
+            "episodes_trained": len(rewards),
+            "length_cut": stats.terminations.get("length", 0),
+            "groups": stats.groups,
+            "zero_variance_groups": stats.zero_variance_groups,
+            "loss_nonzero": (abs(float(loss)) > 0.0) if isinstance(loss, int | float) else None,
+        },
+        "trainer": {k: v for k, v in logs.items() if isinstance(v, int | float)},
+    }
 
 
 def build_curriculum(recipe: Recipe, rows: list[dict[str, Any]], seed: int) -> SuccessRateCurriculum | None:
@@ -140,34 +194,31 @@ def _make_callback(rollout: DeepAnalyzeRollout, out: Path, curriculum: SuccessRa
         def __init__(self) -> None:
             self.path = out / "metrics.jsonl"
             self.started = time.monotonic()
+            self.step_started: float | None = None
+            self.step_seconds = 0.0  # wall time of the steps since the last logged line
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.step_started = time.monotonic()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.step_started is not None:
+                self.step_seconds += time.monotonic() - self.step_started
+                self.step_started = None
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             logs = dict(logs or {})
             if "reward" not in logs and "loss" not in logs:
                 return
             stats = rollout.drain()
+            step_seconds, self.step_seconds = self.step_seconds, 0.0
             if not getattr(state, "is_world_process_zero", True):  # one writer under accelerate launch
                 return
-            rewards = stats.rewards
-            mean = sum(rewards) / len(rewards) if rewards else None
-            std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else None
-            line = {
-                "step": state.global_step,
-                "reward_mean": mean,
-                "reward_std": std,
-                "components": {k: sum(v) / len(v) for k, v in stats.components.items()},
-                "status_counts": dict(stats.statuses),
-                "termination_counts": dict(stats.terminations),
-                "episodes": stats.episodes,
-                "rollout_seconds": round(stats.seconds, 3),
-                "elapsed_seconds": round(time.monotonic() - self.started, 3),
-                "trainer": {k: v for k, v in logs.items() if isinstance(v, int | float)},
-            }
+            line = step_line(state.global_step, stats, logs, step_seconds, time.monotonic() - self.started)
             if curriculum is not None:
                 line["curriculum"] = curriculum.drain()
             with open(self.path, "a") as fh:
                 fh.write(json.dumps(line) + "\n")
-            console.print(_step_table(state.global_step, stats, logs))
+            console.print(_step_table(state.global_step, stats, logs, line))
 
     return StepReporter()
 
