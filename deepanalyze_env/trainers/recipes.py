@@ -37,7 +37,7 @@ TOP_LEVEL = (
     "sft",
     "curriculum",
 )
-ROLLOUT_KEYS = ("max_turn_tokens", "score_truncated", "env_workers")
+ROLLOUT_KEYS = ("max_turn_tokens", "score_truncated", "env_workers", "budget_check")
 SFT_KEYS = ("keep", "statuses")
 BACKENDS = ("trl", "skyrl", "trl-sft")
 CURRICULUM_BACKENDS = ("trl", "skyrl")

@@ -28,6 +28,7 @@ from deepanalyze_env.core.tag_tokens import token_rules
 from deepanalyze_env.core.tasks import load_rows, with_task_ids
 from deepanalyze_env.trainers.curriculum import SuccessRateCurriculum
 from deepanalyze_env.trainers.recipes import Recipe
+from deepanalyze_env.trainers.trl.budgets import CUT_TARGET, BudgetFit, measure_budgets
 from deepanalyze_env.trainers.trl.progress import quiet_console
 from deepanalyze_env.trainers.trl.rollout import (
     DeepAnalyzeRollout,
@@ -35,6 +36,7 @@ from deepanalyze_env.trainers.trl.rollout import (
     environment_reward,
     trl_dataset_rows,
 )
+from deepanalyze_env.trainers.trl.sft_data import load_records
 
 log = logging.getLogger(__name__)
 console = Console()
@@ -255,6 +257,28 @@ def plot_reward_curves(metrics_path: Path, png_path: Path) -> None:
     plt.close(fig)
 
 
+def budget_check(recipe: Recipe, tokenizer: Any, max_completion_length: int) -> BudgetFit | None:
+    """``rollout.budget_check``: measure those records against the run's budgets and say what
+    would be cut (a warning past ``CUT_TARGET``, never a refusal: the user may mean it)."""
+    source = recipe.rollout.get("budget_check")
+    if not source:
+        return None
+    try:
+        records = load_records([str(source)])
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{recipe.source}: rollout.budget_check {source}: {exc}")
+    fit = measure_budgets(
+        tokenizer,
+        records,
+        max_completion_length=max_completion_length,
+        max_turn_tokens=recipe.rollout.get("max_turn_tokens"),
+    )
+    style = "yellow" if fit.cut_fraction > CUT_TARGET else "green"
+    for line in fit.lines():
+        console.print(line, style=style, markup=False, highlight=False)
+    return fit
+
+
 def train_trl(recipe: Recipe, check: bool = False) -> int:
     """Run a ``backend: trl`` recipe; ``check`` validates everything (GRPOConfig, rows, tokenizer)
     and prints what would run, touching nothing on disk."""
@@ -287,7 +311,8 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
     )
     if bad:  # every bad row at once, before any model is loaded
         raise BadRowsError(bad, checked)
-    rollout = DeepAnalyzeRollout(rows, env_config, **recipe.rollout)
+    rollout_args = {k: v for k, v in recipe.rollout.items() if k != "budget_check"}
+    rollout = DeepAnalyzeRollout(rows, env_config, **rollout_args)
     curriculum = build_curriculum(recipe, rows, config.seed)
     if curriculum is not None:
         rollout.listeners.append(curriculum.observe)
@@ -298,6 +323,7 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
         add_stop_token_ids(config, tokenizer)
     except ValueError as exc:
         raise ConfigError(f"{recipe.source}: {exc}")
+    fit = budget_check(recipe, tokenizer, config.max_completion_length)
     if check:
         console.print_json(
             data={
@@ -306,6 +332,7 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
                 "stop_token_ids": (config.generation_kwargs or {}).get("stop_token_ids"),
                 "max_completion_length": config.max_completion_length,
                 "num_generations": config.num_generations,
+                "budget_check": fit.as_dict() if fit is not None else None,
             },
             default=str,
         )
@@ -315,6 +342,8 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("metrics.jsonl", "episodes.jsonl"):
         (out / stale).unlink(missing_ok=True)
+    if fit is not None:
+        (out / "budgets.json").write_text(json.dumps(fit.as_dict(), indent=1) + "\n")
     if own_records:  # our own folder: start it empty so runs never mix
         for old in (out / "records").glob("episodes-*.jsonl"):
             old.unlink()
