@@ -6,6 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if ! command -v chromium >/dev/null 2>&1 && [ -z "${DEEPANALYZE_CHROMIUM:-}" ]; then
+  echo "note: Debian's chromium is not installed, so the browser tests of 'deepanalyze-rl view'" \
+       "(tests/test_view.py) will skip; apt-get install chromium (what .ci/run does) runs them" >&2
+fi
 python -m pytest -q
 
 if [ "${DEEPANALYZE_SKIP_SKYRL:-0}" = 1 ]; then
