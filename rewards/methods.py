@@ -16,6 +16,9 @@ from rewards.registry import RewardSpecError
 
 @dataclass(frozen=True)
 class Method:
+    """A reward method (qa, datatask, openresearch, verified or a user's): the functions it always
+    scores, its gate and default weights."""
+
     name: str
     builtins: tuple[str, ...]  # registered function names always scored
     fence_gate: bool = False  # every <Code> block must be a ```python fence

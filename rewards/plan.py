@@ -95,6 +95,9 @@ def _function_refs(reward_spec: Mapping) -> list[str]:
 
 @dataclass
 class RewardPlan:
+    """A task's reward, built once at env construction from its ``reward_spec``: gate, functions,
+    weights — so a bad spec fails before any episode runs."""
+
     method: Method
     functions: list[RewardFunction]
     weights: dict[str, float]

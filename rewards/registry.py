@@ -37,6 +37,9 @@ class RewardSpecError(ValueError):
 
 @dataclass(frozen=True)
 class RewardFunction:
+    """A registered reward function with what the plan needs to call it: the context fields it asks for,
+    its component names, whether it needs the judge or is async."""
+
     name: str
     fn: Callable
     params: tuple[str, ...]

@@ -72,6 +72,9 @@ def parse_fenced_dimensions(reply: str) -> dict[str, float]:
 
 @dataclass
 class UpstreamPlan:
+    """DeepAnalyze's own reward computation (the ``upstream`` profile), reproduced so v1's fixes can be
+    measured against it."""
+
     method: str
     functions: list[str]  # canonical judge names, in reward_spec order
     function_key: str  # str(reward_spec["function"]): the component name of a scalar judge

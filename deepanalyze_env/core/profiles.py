@@ -51,6 +51,9 @@ def _upstream_plan(spec: Mapping) -> Any:
 
 @dataclass(frozen=True)
 class Profile:
+    """The rules one profile scores by (truncation, answer test, code pass, reward plan, judge-reply
+    rule): the v1 rules and DeepAnalyze's upstream rules side by side, so one env reproduces either."""
+
     name: str
     truncate: Callable[[str], str]
     has_answer: Callable[[str], bool]

@@ -121,6 +121,10 @@ def encode_line(record: dict[str, Any]) -> bytes:
 
 
 class RecordWriter:
+    """Appends whole episode records to this process's ``episodes-<host>-<pid>.jsonl`` with one
+    ``write()`` on an ``O_APPEND`` descriptor: one writer per folder and process, so concurrent envs
+    never tear each other's lines."""
+
     _writers: dict[tuple[str, int], RecordWriter] = {}
     _lock = threading.Lock()
 

@@ -33,6 +33,9 @@ SHOWN = 50  # bad rows listed in the error; the rest are counted
 
 @dataclass(frozen=True)
 class BadRow:
+    """One row that would fail at training time (its file, position and problem), collected so every bad
+    row is reported at once instead of the first killing a run."""
+
     source: str
     index: int  # 0-based position in the file; -1 when the file itself could not be read
     problem: str

@@ -56,6 +56,9 @@ class ExportError(ValueError):
 
 @dataclass
 class ExportReport:
+    """What an export wrote (episodes in, rows per split, shards, duplicates dropped), for the command's
+    summary and its tests."""
+
     out: Path
     episodes_in: int
     split_counts: dict[str, int]

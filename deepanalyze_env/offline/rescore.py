@@ -29,6 +29,8 @@ class RescoreSkip(Exception):
 
 @dataclass
 class Rescored:
+    """One record after rescoring, with its status before and after (what the command reports)."""
+
     record: dict[str, Any]
     before: str  # reward_status before
     after: str

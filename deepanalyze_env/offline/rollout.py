@@ -31,6 +31,9 @@ class Interrupted(Exception):
 
 @dataclass(frozen=True)
 class EpisodeJob:
+    """One planned episode of a rollout or eval (row, task and sample index, episode id): planned before
+    any runs, so resume knows what is missing."""
+
     row: dict[str, Any]
     task_index: int
     sample_index: int
@@ -44,6 +47,9 @@ class EpisodeJob:
 
 @dataclass
 class EpisodeResult:
+    """How one planned episode of a rollout or eval ended: its reward and metadata, or why it did not
+    finish (config, policy or interruption)."""
+
     task_id: str
     label: str | None
     reward: float | None

@@ -54,6 +54,9 @@ def task_fingerprint(rows: Sequence[dict[str, Any]]) -> str:
 
 @dataclass
 class RunDir:
+    """A rollout/eval run folder and its ``run.json`` manifest: the one place that knows its layout,
+    what is recorded and what is still pending."""
+
     path: Path
     manifest: dict[str, Any]
 

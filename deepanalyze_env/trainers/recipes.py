@@ -45,6 +45,9 @@ CURRICULUM_BACKENDS = ("trl", "skyrl")
 
 @dataclass
 class Recipe:
+    """A validated recipe file (docs/design.md §10): every section a backend reads, checked before
+    anything runs."""
+
     backend: str
     output_dir: str
     max_steps: int

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Completion:
+    """One judge reply with how it was obtained (cache hit, latency, attempts, cache key): recorded in
+    the episode's judge session."""
+
     text: str
     cached: bool
     latency_ms: float

@@ -31,6 +31,9 @@ _HEADER_COMMENT = re.compile(r"\A(?:[ \t]*<!--.*?-->[ \t]*\r?\n)+", re.DOTALL)
 
 @dataclass(frozen=True)
 class Rubric:
+    """A judge rubric file and how its reply is parsed (a final ``SCORE:`` line or a JSON of dimensions)
+    and scaled."""
+
     name: str
     fields: tuple[str, ...]
     kind: str  # "score": a final "SCORE: N" line | "dimensions": one JSON object
@@ -51,6 +54,9 @@ RUBRICS: dict[str, Rubric] = {
 
 @dataclass(frozen=True)
 class RenderedPrompt:
+    """A rubric rendered for one episode, with the rubric file's hash (recorded in versions) and the
+    nonce that fences the policy's text."""
+
     rubric: str
     text: str
     prompt_hash: str  # sha256 of the rubric file

@@ -45,6 +45,9 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 @dataclass
 class BuildResult:
+    """What a bank build produced: the kept tasks, drop counts by reason, the reference-episode self-
+    check and its failures, and the manifest written beside them."""
+
     out: Path
     tasks: list[dict[str, Any]]
     dropped: dict[str, int]

@@ -26,6 +26,9 @@ DATA_DIR = "dabench"
 
 @dataclass
 class Conversion:
+    """DABench questions turned into tasks, plus the problems of the lines that were skipped (reported,
+    never silently lost)."""
+
     tasks: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 

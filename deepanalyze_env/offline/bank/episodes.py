@@ -37,6 +37,9 @@ UNJUDGED = "not judged at build time (no judge configured); rescore with a judge
 
 @dataclass
 class EpisodeCheck:
+    """A reference episode played through the real env, and whatever kept it from scoring full marks
+    (empty when it did)."""
+
     record: dict[str, Any]
     problems: list[str] = field(default_factory=list)
 

@@ -36,6 +36,9 @@ GATE_OUTPUT_CHARS = 20_000_000
 
 @dataclass
 class Truth:
+    """A draft's ground truth as the reference program printed it in the kernel, with the tolerance its
+    stated decimals allow and the gate record."""
+
     ground_truth: Any
     tolerance: Any  # float, {part: float} or None
     gate: dict[str, Any]

@@ -25,6 +25,8 @@ Split = Literal["train", "dev", "test"]
 
 @dataclass(frozen=True)
 class TimeSpec:
+    """The time axis of a table that has one (column, kind, spacing), for time-series families."""
+
     column: str
     kind: Literal["date", "year"]
     freq: str  # "W", "M", "Q" or "Y": the spacing of the rows, for the question text
@@ -32,6 +34,9 @@ class TimeSpec:
 
 @dataclass(frozen=True)
 class TableSpec:
+    """A real table shipped inside an installed package: where it comes from, how to load it, its split
+    and which columns families may use — so the bank needs no download."""
+
     name: str
     package: str  # the distribution the table ships in
     module: str  # what must be importable to load it
@@ -58,6 +63,9 @@ class TableSpec:
 
 @dataclass
 class SourceInfo:
+    """Provenance of one table as built (package version, licence, shape, split), written into the
+    manifest so a task can be traced to its data."""
+
     table: str
     package: str
     version: str

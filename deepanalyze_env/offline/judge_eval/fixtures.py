@@ -33,6 +33,9 @@ CANDIDATE_KEYS = {"label", "text", "kind", "notes"}
 
 @dataclass(frozen=True)
 class Candidate:
+    """One answer to a fixture question with its quality label, which the judge's scores must order
+    correctly."""
+
     label: str
     text: str
     kind: str | None = None
@@ -40,6 +43,8 @@ class Candidate:
 
 @dataclass(frozen=True)
 class FixtureCase:
+    """A judge-eval case: one question with ranked candidate answers, scored by one judge rubric."""
+
     id: str
     method: str
     judge: str
@@ -52,6 +57,8 @@ class FixtureCase:
 
 @dataclass(frozen=True)
 class BadLine:
+    """A fixture line that could not be read, kept with its file and line so the report names it."""
+
     file: str
     line: int
     error: str

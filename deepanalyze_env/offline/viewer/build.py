@@ -42,6 +42,9 @@ class ViewError(ValueError):
 
 @dataclass
 class ViewReport:
+    """What ``view`` wrote (path, episodes, size against the records' size), for the command's summary
+    and the size test."""
+
     path: Path
     episodes: int
     bytes: int

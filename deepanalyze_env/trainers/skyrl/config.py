@@ -54,17 +54,25 @@ DEFAULTS: dict[str, Any] = {
 
 @dataclass
 class DeepAnalyzeGymConfig(SkyRLGymConfig):
+    """SkyRL's skyrl_gym section with our env config under ``deepanalyze``, validated by ``EnvConfig``'s
+    own rules."""
+
     deepanalyze: EnvConfig = field(default_factory=EnvConfig)
 
 
 @dataclass
 class DeepAnalyzeEnvironmentConfig(EnvironmentConfig):
+    """SkyRL's environment section with ``env_class`` defaulting to ``deepanalyze``."""
+
     env_class: str = "deepanalyze"
     skyrl_gym: DeepAnalyzeGymConfig = field(default_factory=DeepAnalyzeGymConfig)
 
 
 @dataclass
 class AdapterConfig(BaseConfig):
+    """The adapter's own root section ``deepanalyze``: what SkyRL has no key for (length-stop training,
+    dead-judge stop, curriculum)."""
+
     score_truncated: bool = False
     """Episodes the trainer stopped for length (the env never said done): False keeps them out of
     the loss and the baseline (docs/design.md §6); True trains on them as a failed gate (−1.0)."""
@@ -82,6 +90,9 @@ class AdapterConfig(BaseConfig):
 
 @dataclass
 class DeepAnalyzeSkyRLConfig(SkyRLTrainConfig):
+    """SkyRL's train config with our environment and adapter sections, so one typed tree (and SkyRL's
+    own override parser) configures a run."""
+
     environment: DeepAnalyzeEnvironmentConfig = field(default_factory=DeepAnalyzeEnvironmentConfig)
     deepanalyze: AdapterConfig = field(default_factory=AdapterConfig)
 

@@ -87,6 +87,9 @@ def exclude_rows(generator_output: dict[str, Any], score_truncated: bool) -> dic
 
 
 class DeepAnalyzeTrainer(RayPPOTrainer):
+    """SkyRL's PPO trainer with the env's verdicts applied: unscored episodes masked out of the loss and
+    baseline, the dead-judge stop, and the curriculum through SkyRL's own dataloader hook."""
+
     curriculum = None  # a SuccessRateCurriculum when deepanalyze.curriculum is set
 
     def _build_train_dataloader_and_compute_training_steps(self):

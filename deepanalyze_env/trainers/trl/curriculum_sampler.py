@@ -24,6 +24,9 @@ from deepanalyze_env.trainers.curriculum import SuccessRateCurriculum
 
 
 class CurriculumSampler(Sampler[int]):
+    """GRPOTrainer's train sampler with TRL's ``RepeatSampler`` layout, whose tasks are drawn from the
+    success-rate curriculum when the dataloader asks (not once per epoch)."""
+
     def __init__(
         self,
         curriculum: SuccessRateCurriculum,

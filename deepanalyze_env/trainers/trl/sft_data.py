@@ -98,6 +98,9 @@ def render_record(tokenizer: Any, record: dict[str, Any], eos_token_id: int | No
 
 @dataclass
 class Selection:
+    """The records chosen for SFT and how many were dropped for each reason, so a run says what it
+    trained on."""
+
     records: list[dict[str, Any]]
     total: int
     dropped: Counter  # reason -> count

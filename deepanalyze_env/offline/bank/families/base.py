@@ -27,6 +27,9 @@ AnswerKind = Literal["number", "integer", "text", "parts", "file", "report"]
 
 @dataclass(frozen=True)
 class Part:
+    """One named part of a multi-part answer (``@name[value]``), with the kind and decimals its
+    tolerance is derived from."""
+
     name: str
     kind: Literal["number", "integer", "text"]
     decimals: int | None = None
@@ -34,6 +37,9 @@ class Part:
 
 @dataclass
 class AnswerFormat:
+    """How a task's answer is written (a number, text, parts, a report or an output file): the
+    instruction states it and the scorer is chosen from it."""
+
     kind: AnswerKind
     decimals: int | None = None
     parts: tuple[Part, ...] = ()
@@ -42,12 +48,17 @@ class AnswerFormat:
 
 @dataclass
 class Cell:
+    """One code turn of a reference episode: the analysis text and the code it runs."""
+
     analyze: str
     code: str
 
 
 @dataclass
 class Draft:
+    """A candidate task before the quality gate: its instruction, answer format and reference program;
+    it becomes a task only if the real kernel's output gives an unambiguous ground truth."""
+
     family: str
     table: str
     workspace: Workspace
@@ -69,6 +80,9 @@ class Draft:
 
 @dataclass
 class FamilyContext:
+    """What a family's generator sees for one table: the table spec and prepared frame, the workspaces
+    it may use, a seeded RNG and how many drafts to aim for."""
+
     spec: TableSpec
     frame: Any  # pandas.DataFrame, the prepared table
     workspaces: dict[str, Workspace]
@@ -87,6 +101,9 @@ FamilyFn = Callable[[FamilyContext], list[Draft]]
 
 @dataclass(frozen=True)
 class Family:
+    """A parameterised task family (name, method, generator): the unit the bank is built and stratified
+    by."""
+
     name: str
     method: str
     description: str
