@@ -106,3 +106,97 @@ def test_protocol_and_errors_import_without_skyrl_gym(module):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+# ---------------------------------------------------------------------------- one owner per rule
+
+
+# A rule's value set, and the one module allowed to spell it out; everything else imports it.
+def _owned_values() -> dict[str, tuple[frozenset[str], str]]:
+    from deepanalyze_env.core.config import CACHE_JOURNALS, JUDGE_BACKENDS
+    from deepanalyze_env.core.contracts import EXEC_STATUSES, REWARD_STATUSES, TERMINATIONS
+    from deepanalyze_env.core.protocol import STOP_TAGS
+    from rewards import ACCURACY_COMPONENTS
+
+    contracts, config = "deepanalyze_env/core/contracts.py", "deepanalyze_env/core/config.py"
+    return {
+        "reward statuses": (frozenset(REWARD_STATUSES), contracts),
+        "terminations": (frozenset(TERMINATIONS), contracts),
+        "exec statuses": (frozenset(EXEC_STATUSES), contracts),
+        "judge backends": (frozenset(JUDGE_BACKENDS), config),
+        "judge cache journals": (frozenset(CACHE_JOURNALS), config),
+        "accuracy components": (frozenset(ACCURACY_COMPONENTS), "rewards/answers.py"),
+        "stop tags": (frozenset(STOP_TAGS), "deepanalyze_env/core/protocol.py"),
+    }
+
+
+# Functions and types that own a rule: defined at the top level of exactly this module.
+OWNED_NAMES = {
+    "token_rules": "deepanalyze_env/core/tag_tokens.py",
+    "tag_stop_ids": "deepanalyze_env/core/tag_tokens.py",
+    "TokenRules": "deepanalyze_env/core/tag_tokens.py",
+    "PROTOCOL_TAGS": "deepanalyze_env/core/tag_tokens.py",
+    "numbers_equal": "rewards/normalize.py",
+    "dabench_equal": "rewards/normalize.py",
+    "group_variance": "deepanalyze_env/trainers/curriculum.py",
+    "own_turn_indices": "deepanalyze_env/core/records.py",
+}
+
+
+def _string_collections(tree: ast.AST):
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "Literal"
+        ):
+            elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        elif isinstance(node, ast.Tuple | ast.List | ast.Set):
+            elts = node.elts
+        else:
+            continue
+        if len(elts) >= 2 and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in elts):
+            yield node.lineno, frozenset(e.value for e in elts)
+
+
+def test_every_rule_is_spelled_out_in_one_module():
+    owned = _owned_values()
+    bad = []
+    for path in _modules():
+        shown = str(path.relative_to(ROOT))
+        for line, values in _string_collections(ast.parse(path.read_text(encoding="utf-8"))):
+            for rule, (want, owner) in owned.items():
+                if values == want and shown != owner:
+                    bad.append(f"{shown}:{line} spells out the {rule} (import them from {owner})")
+    assert not bad, "\n".join(bad)
+
+
+def test_rule_functions_are_defined_only_by_their_owner():
+    defined: dict[str, list[str]] = {}
+    for path in _modules():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            names = []
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            for name in names:
+                if name in OWNED_NAMES:
+                    defined.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    assert {name: where for name, where in defined.items() if where != [OWNED_NAMES[name]]} == {}
+    assert set(defined) == set(OWNED_NAMES)  # every owner still defines its rule
+
+
+def test_every_public_class_says_why_it_exists():
+    missing = []
+    for path in _modules():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if (
+                isinstance(node, ast.ClassDef)
+                and not node.name.startswith("_")
+                and not ast.get_docstring(node)
+            ):
+                missing.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert not missing, "public classes without a docstring:\n" + "\n".join(missing)

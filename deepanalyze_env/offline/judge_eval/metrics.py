@@ -34,6 +34,98 @@ def _ordering(pairs: list[dict[str, Any]]) -> float | None:
     return mean_of([p["outcome"] for p in pairs])
 
 
+def _candidate_row(index: int, cand: Any, reps: Sequence[Sample]) -> dict[str, Any]:
+    """One candidate of a case: its mean over scored repeats (None when none scored), their
+    sample std, the mean of each judged dimension, and every repeat as recorded."""
+    scores = [s.score for s in reps if s.status == "scored" and s.score is not None]
+    dims = [s.dimensions for s in reps if s.status == "scored" and s.dimensions]
+    dim_mean = (
+        {name: sum(d[name] for d in dims) / len(dims) for name in dims[0] if all(name in d for d in dims)}
+        if dims
+        else None
+    )
+    return {
+        "index": index,
+        "label": cand.label,
+        "kind": cand.kind,
+        "score": mean_of(scores),
+        "std": statistics.stdev(scores) if len(scores) >= 2 else None,
+        "scores": [s.score for s in reps],
+        "dimensions": dim_mean,
+        "samples": [
+            {
+                "repeat": s.repeat,
+                "status": s.status,
+                "score": s.score,
+                "dimensions": s.dimensions,
+                "error": s.error,
+                "calls": s.calls,
+            }
+            for s in reps
+        ],
+    }
+
+
+def _ranked_pairs(cand_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every (better label, worse label) pair of scored candidates of one case, with its outcome."""
+    pairs = []
+    for a in cand_rows:
+        for b in cand_rows:
+            if LABEL_RANK[a["label"]] <= LABEL_RANK[b["label"]]:
+                continue
+            if a["score"] is None or b["score"] is None:
+                continue
+            pairs.append(
+                {
+                    "better": a["index"],
+                    "worse": b["index"],
+                    "labels": f"{a['label']}>{b['label']}",
+                    "better_score": a["score"],
+                    "worse_score": b["score"],
+                    "outcome": pair_outcome(a["score"], b["score"]),
+                }
+            )
+    return pairs
+
+
+def _per_judge(judge_stats: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    per_judge = {}
+    for judge, stats in judge_stats.items():
+        per_judge[judge] = {
+            "n_cases": stats["n_cases"],
+            "per_label_mean": {label: mean_of(v) for label, v in stats["labels"].items() if v},
+            "ordering_accuracy": _ordering(stats["pairs"]),
+            "n_pairs": len(stats["pairs"]),
+        }
+        if stats["dims"]:
+            per_judge[judge]["per_dimension_mean"] = {
+                label: {name: mean_of(values) for name, values in dims.items()}
+                for label, dims in stats["dims"].items()
+            }
+    return per_judge
+
+
+def _call_metrics(samples: Sequence[Sample]) -> dict[str, Any]:
+    """Counts over every judge call of the run: replies, cache hits, parse failures, latency."""
+    calls = [call for s in samples for call in s.calls]
+    replies = [call for call in calls if call.get("reply") is not None]
+    parse_failures = [call for call in replies if call.get("parse_error")]
+    latencies = [
+        float(c["latency_ms"]) for c in replies if c.get("latency_ms") is not None and not c.get("cached")
+    ]
+    return {
+        "n_calls": len(calls),
+        "n_replies": len(replies),
+        "n_cached": sum(1 for c in calls if c.get("cached")),
+        "n_parse_failures": len(parse_failures),
+        "n_call_errors": sum(1 for c in calls if c.get("reply") is None and c.get("error")),
+        "n_other_errors": sum(1 for s in samples if s.status == "error"),
+        "parse_failure_rate": len(parse_failures) / len(replies) if replies else None,
+        "latency_ms_p50": median(latencies),
+        "latency_ms_p90": quantile(latencies, 0.9),
+    }
+
+
 def evaluate_cases(
     cases: Sequence[FixtureCase], samples: Sequence[Sample]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -51,68 +143,14 @@ def evaluate_cases(
     all_pairs: list[dict[str, Any]] = []
     label_scores: dict[str, list[float]] = {label: [] for label in LABELS}
     judge_stats: dict[str, dict[str, Any]] = {}
-    stds: list[float] = []
-    n_unscored = 0
+    cand_all: list[dict[str, Any]] = []
     for case in cases:
-        cand_rows = []
-        for index, cand in enumerate(case.candidates):
-            reps = sorted(by_key.get((case.id, index), []), key=lambda s: s.repeat)
-            scores = [s.score for s in reps if s.status == "scored" and s.score is not None]
-            dims = [s.dimensions for s in reps if s.status == "scored" and s.dimensions]
-            mean = mean_of(scores)
-            std = statistics.stdev(scores) if len(scores) >= 2 else None
-            if std is not None:
-                stds.append(std)
-            if mean is None:
-                n_unscored += 1
-            dim_mean = (
-                {
-                    name: sum(d[name] for d in dims) / len(dims)
-                    for name in dims[0]
-                    if all(name in d for d in dims)
-                }
-                if dims
-                else None
-            )
-            cand_rows.append(
-                {
-                    "index": index,
-                    "label": cand.label,
-                    "kind": cand.kind,
-                    "score": mean,
-                    "std": std,
-                    "scores": [s.score for s in reps],
-                    "dimensions": dim_mean,
-                    "samples": [
-                        {
-                            "repeat": s.repeat,
-                            "status": s.status,
-                            "score": s.score,
-                            "dimensions": s.dimensions,
-                            "error": s.error,
-                            "calls": s.calls,
-                        }
-                        for s in reps
-                    ],
-                }
-            )
-        pairs = []
-        for a in cand_rows:
-            for b in cand_rows:
-                if LABEL_RANK[a["label"]] <= LABEL_RANK[b["label"]]:
-                    continue
-                if a["score"] is None or b["score"] is None:
-                    continue
-                pairs.append(
-                    {
-                        "better": a["index"],
-                        "worse": b["index"],
-                        "labels": f"{a['label']}>{b['label']}",
-                        "better_score": a["score"],
-                        "worse_score": b["score"],
-                        "outcome": pair_outcome(a["score"], b["score"]),
-                    }
-                )
+        cand_rows = [
+            _candidate_row(index, cand, sorted(by_key.get((case.id, index), []), key=lambda s: s.repeat))
+            for index, cand in enumerate(case.candidates)
+        ]
+        cand_all += cand_rows
+        pairs = _ranked_pairs(cand_rows)
         all_pairs.extend({**p, "case_id": case.id, "judge": case.judge} for p in pairs)
         stats = judge_stats.setdefault(
             case.judge,
@@ -143,44 +181,22 @@ def evaluate_cases(
             }
         )
 
-    calls = [call for s in samples for call in s.calls]
-    replies = [call for call in calls if call.get("reply") is not None]
-    parse_failures = [call for call in replies if call.get("parse_error")]
-    latencies = [
-        float(c["latency_ms"]) for c in replies if c.get("latency_ms") is not None and not c.get("cached")
-    ]
     by_pair: dict[str, dict[str, Any]] = {}
     for better_i, better in enumerate(LABELS):
         for worse in LABELS[better_i + 1 :]:
             key = f"{better}>{worse}"
             chosen = [p for p in all_pairs if p["labels"] == key]
             by_pair[key] = {"accuracy": _ordering(chosen), "n_pairs": len(chosen)}
-    per_judge = {}
-    for judge, stats in judge_stats.items():
-        per_judge[judge] = {
-            "n_cases": stats["n_cases"],
-            "per_label_mean": {label: mean_of(v) for label, v in stats["labels"].items() if v},
-            "ordering_accuracy": _ordering(stats["pairs"]),
-            "n_pairs": len(stats["pairs"]),
-        }
-        if stats["dims"]:
-            per_judge[judge]["per_dimension_mean"] = {
-                label: {name: mean_of(values) for name, values in dims.items()}
-                for label, dims in stats["dims"].items()
-            }
+    stds = [row["std"] for row in cand_all if row["std"] is not None]
+    calls = _call_metrics(samples)
     metrics = {
         "n_cases": len(cases),
         "n_candidates": sum(len(c.candidates) for c in cases),
         "n_samples": len(samples),
         "n_scored": sum(1 for s in samples if s.status == "scored"),
-        "n_unscored_candidates": n_unscored,
-        "n_calls": len(calls),
-        "n_replies": len(replies),
-        "n_cached": sum(1 for c in calls if c.get("cached")),
-        "n_parse_failures": len(parse_failures),
-        "n_call_errors": sum(1 for c in calls if c.get("reply") is None and c.get("error")),
-        "n_other_errors": sum(1 for s in samples if s.status == "error"),
-        "parse_failure_rate": len(parse_failures) / len(replies) if replies else None,
+        "n_unscored_candidates": sum(1 for row in cand_all if row["score"] is None),
+        **{k: calls[k] for k in ("n_calls", "n_replies", "n_cached", "n_parse_failures", "n_call_errors")},
+        **{k: calls[k] for k in ("n_other_errors", "parse_failure_rate")},
         "per_label_mean": {label: mean_of(v) for label, v in label_scores.items() if v},
         "per_label_n": {label: len(v) for label, v in label_scores.items() if v},
         "ordering_accuracy": _ordering(all_pairs),
@@ -188,9 +204,9 @@ def evaluate_cases(
         "ordering_by_pair": by_pair,
         "score_std_across_repeats": mean_of(stds),
         "n_std_candidates": len(stds),
-        "latency_ms_p50": median(latencies),
-        "latency_ms_p90": quantile(latencies, 0.9),
-        "per_judge": per_judge,
+        "latency_ms_p50": calls["latency_ms_p50"],
+        "latency_ms_p90": calls["latency_ms_p90"],
+        "per_judge": _per_judge(judge_stats),
     }
     return rows, metrics
 
