@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from dataclasses import dataclass
+
 from deepanalyze_env.offline.bank.families.base import (
     ANSWER_MARK,
     AnswerFormat,
@@ -22,8 +25,143 @@ from deepanalyze_env.offline.bank.families.base import (
     register_family,
 )
 from deepanalyze_env.offline.bank.families.basic import SINGLE, level_text, pick_level, single_ws
+from deepanalyze_env.offline.bank.sources import TimeSpec
 
 FREQ_WORD = {"W": "weekly", "M": "monthly", "Q": "quarterly", "Y": "yearly"}
+
+
+@dataclass
+class _TsAsk:
+    """What every time-series question of one draft is built from."""
+
+    ctx: FamilyContext
+    rng: random.Random
+    fname: str
+    col: str
+    tcol: str
+    unit: str
+    years: list[int]
+    dec: int
+    time: TimeSpec
+
+
+@dataclass
+class _TsQuestion:
+    """One time-series question: its answer format, text, gate and reference code."""
+
+    answer: AnswerFormat
+    instruction: str
+    calc_gate: str
+    calc: str
+    final: str
+    ops: tuple[str, ...]
+    key: str
+
+
+def _ts_peak_year(t: _TsAsk) -> _TsQuestion:
+    rng, fname, col, unit = t.rng, t.fname, t.col, t.unit
+    high = rng.random() < 0.6
+    word = "highest" if high else "lowest"
+    answer = AnswerFormat("integer")
+    instruction = pick(
+        rng,
+        [
+            f"From {fname}, take {unit}. Which year has the {word} value of {col}? Answer with the year.",
+            f"Looking at {unit} in {fname}, in which year was {col} at its {word}? Reply with the year only.",
+        ],
+    )
+    asc = "False" if high else "True"
+    calc_gate = f"s = yearly.dropna().sort_values(ascending={asc})\nresult = int(s.index[0])\nmargin = abs(float(s.iloc[0]) - float(s.iloc[1]))\nn = len(s)"
+    calc = f"best = yearly.{'idxmax' if high else 'idxmin'}()\nprint(yearly.sort_values(ascending={asc}).head(3).round(4).to_string())"
+    final = f"print('{ANSWER_MARK}', int(best))"
+    ops, key = ("load", "parse dates", "resample", "argmax"), f"peak:{col}:{word}"
+    return _TsQuestion(answer, instruction, calc_gate, calc, final, ops, key)
+
+
+def _ts_slope(t: _TsAsk) -> _TsQuestion:
+    rng, fname, col, unit, years, dec, ctx = t.rng, t.fname, t.col, t.unit, t.years, t.dec, t.ctx
+    dec = decimals_for([float(ctx.frame[col].std()) / max(1, len(years))], base=3)
+    answer = AnswerFormat("number", dec)
+    instruction = (
+        f"Using {fname}, take {unit} and fit a straight line (least squares) of those values against the year. "
+        f"What is the slope, in units of {col} per year? Round to {dec} decimals."
+    )
+    calc_gate = "import numpy as np\ns = yearly.dropna()\nresult = float(np.polyfit(s.index.astype(float), s.values, 1)[0])\nn = len(s)\nmargin = None"
+    calc = pick(
+        rng,
+        [
+            "import numpy as np\ns = yearly.dropna()\nslope = np.polyfit(s.index.astype(float), s.values, 1)[0]",
+            "from scipy import stats\ns = yearly.dropna()\nslope = stats.linregress(s.index.astype(float), s.values).slope",
+        ],
+    )
+    final = answer_print(answer, "slope")
+    ops, key = ("load", "parse dates", "resample", "trend fit"), f"slope:{col}"
+    return _TsQuestion(answer, instruction, calc_gate, calc, final, ops, key)
+
+
+def _ts_year_mean(t: _TsAsk) -> _TsQuestion:
+    rng, fname, col, unit, years, dec = t.rng, t.fname, t.col, t.unit, t.years, t.dec
+    year = pick(rng, years[1:-1] or years)
+    answer = AnswerFormat("number", dec)
+    instruction = (
+        f"In {fname}, what is the average {col} over the year {year} ({unit})? Round to {dec} decimals."
+    )
+    calc_gate = f"result = float(yearly.loc[{year}])\nn = 1\nmargin = None"
+    calc = f"value = yearly.loc[{year}]\nprint(yearly.loc[{year - 1}:{year + 1}].to_string())"
+    final = answer_print(answer, "value")
+    ops, key = ("load", "parse dates", "resample", "lookup"), f"yearmean:{col}:{year}"
+    return _TsQuestion(answer, instruction, calc_gate, calc, final, ops, key)
+
+
+def _ts_biggest_rise(t: _TsAsk) -> _TsQuestion:
+    fname, col, unit = t.fname, t.col, t.unit
+    answer = AnswerFormat("integer")
+    instruction = (
+        f"Using {fname} and {unit}, in which year did {col} rise the most compared with the previous year? "
+        "Answer with the later year of the pair."
+    )
+    calc_gate = "d = yearly.dropna().diff().dropna().sort_values(ascending=False)\nresult = int(d.index[0])\nmargin = abs(float(d.iloc[0]) - float(d.iloc[1]))\nn = len(d)"
+    calc = "change = yearly.dropna().diff()\nprint(change.sort_values(ascending=False).head(3).round(4).to_string())\nbest = change.idxmax()"
+    final = f"print('{ANSWER_MARK}', int(best))"
+    ops, key = ("load", "parse dates", "resample", "difference", "argmax"), f"rise:{col}"
+    return _TsQuestion(answer, instruction, calc_gate, calc, final, ops, key)
+
+
+def _ts_season(t: _TsAsk) -> _TsQuestion:
+    fname, col, tcol, time = t.fname, t.col, t.tcol, t.time
+    period, word = ("quarter", "quarter (1-4)") if time.freq == "Q" else ("month", "calendar month (1-12)")
+    answer = AnswerFormat("integer")
+    instruction = f"In {fname}, averaging {col} over all years, which {word} has the highest mean value? Answer with the number."
+    calc_gate = f"m = df.groupby(df[{q(tcol)}].dt.{period})[{q(col)}].mean().sort_values(ascending=False)\nresult = int(m.index[0])\nmargin = float(m.iloc[0] - m.iloc[1])\nn = len(m)"
+    calc = f"season = df.groupby(df[{q(tcol)}].dt.{period})[{q(col)}].mean()\nprint(season.round(4).to_string())\nbest = season.idxmax()"
+    final = f"print('{ANSWER_MARK}', int(best))"
+    ops, key = ("load", "parse dates", "seasonal mean", "argmax"), f"season:{col}"
+    return _TsQuestion(answer, instruction, calc_gate, calc, final, ops, key)
+
+
+def _ts_decade(t: _TsAsk) -> _TsQuestion:
+    fname, col, tcol = t.fname, t.col, t.tcol
+    answer = AnswerFormat("integer")
+    instruction = (
+        f"Group the years in {fname} into decades (1950 covers 1950-1959). Which decade has the highest mean {col}? "
+        "Answer with the decade's first year."
+    )
+    calc_gate = f"m = df.groupby(df[{q(tcol)}] // 10 * 10)[{q(col)}].mean().sort_values(ascending=False)\nresult = int(m.index[0])\nmargin = float(m.iloc[0] - m.iloc[1])\nn = len(m)"
+    calc = f"df['decade'] = df[{q(tcol)}] // 10 * 10\nby_decade = df.groupby('decade')[{q(col)}].mean()\nprint(by_decade.round(4).to_string())\nbest = by_decade.idxmax()"
+    final = f"print('{ANSWER_MARK}', int(best))"
+    ops, key = ("load", "bin years", "group mean", "argmax"), f"decade:{col}"
+    return _TsQuestion(answer, instruction, calc_gate, calc, final, ops, key)
+
+
+# mode -> question builder; each draws from the RNG in the order the old single function did
+_TS_MODES = {
+    "peak_year": _ts_peak_year,
+    "slope": _ts_slope,
+    "year_mean": _ts_year_mean,
+    "biggest_rise": _ts_biggest_rise,
+    "season": _ts_season,
+    "decade": _ts_decade,
+}
 
 
 @register_family("timeseries", "verified", "trend, resampling and peaks of a time-indexed table", SINGLE)
@@ -54,77 +192,15 @@ def timeseries(ctx: FamilyContext) -> list[Draft]:
             modes.append("decade")
         mode = pick(rng, modes)
         dec = decimals_for(ctx.frame[col])
-        if mode == "peak_year":
-            high = rng.random() < 0.6
-            word = "highest" if high else "lowest"
-            answer = AnswerFormat("integer")
-            instruction = pick(
-                rng,
-                [
-                    f"From {fname}, take {unit}. Which year has the {word} value of {col}? Answer with the year.",
-                    f"Looking at {unit} in {fname}, in which year was {col} at its {word}? Reply with the year only.",
-                ],
-            )
-            asc = "False" if high else "True"
-            calc_gate = f"s = yearly.dropna().sort_values(ascending={asc})\nresult = int(s.index[0])\nmargin = abs(float(s.iloc[0]) - float(s.iloc[1]))\nn = len(s)"
-            calc = f"best = yearly.{'idxmax' if high else 'idxmin'}()\nprint(yearly.sort_values(ascending={asc}).head(3).round(4).to_string())"
-            final = f"print('{ANSWER_MARK}', int(best))"
-            ops, key = ("load", "parse dates", "resample", "argmax"), f"peak:{col}:{word}"
-        elif mode == "slope":
-            dec = decimals_for([float(ctx.frame[col].std()) / max(1, len(years))], base=3)
-            answer = AnswerFormat("number", dec)
-            instruction = (
-                f"Using {fname}, take {unit} and fit a straight line (least squares) of those values against the year. "
-                f"What is the slope, in units of {col} per year? Round to {dec} decimals."
-            )
-            calc_gate = "import numpy as np\ns = yearly.dropna()\nresult = float(np.polyfit(s.index.astype(float), s.values, 1)[0])\nn = len(s)\nmargin = None"
-            calc = pick(
-                rng,
-                [
-                    "import numpy as np\ns = yearly.dropna()\nslope = np.polyfit(s.index.astype(float), s.values, 1)[0]",
-                    "from scipy import stats\ns = yearly.dropna()\nslope = stats.linregress(s.index.astype(float), s.values).slope",
-                ],
-            )
-            final = answer_print(answer, "slope")
-            ops, key = ("load", "parse dates", "resample", "trend fit"), f"slope:{col}"
-        elif mode == "year_mean":
-            year = pick(rng, years[1:-1] or years)
-            answer = AnswerFormat("number", dec)
-            instruction = f"In {fname}, what is the average {col} over the year {year} ({unit})? Round to {dec} decimals."
-            calc_gate = f"result = float(yearly.loc[{year}])\nn = 1\nmargin = None"
-            calc = f"value = yearly.loc[{year}]\nprint(yearly.loc[{year - 1}:{year + 1}].to_string())"
-            final = answer_print(answer, "value")
-            ops, key = ("load", "parse dates", "resample", "lookup"), f"yearmean:{col}:{year}"
-        elif mode == "biggest_rise":
-            answer = AnswerFormat("integer")
-            instruction = (
-                f"Using {fname} and {unit}, in which year did {col} rise the most compared with the previous year? "
-                "Answer with the later year of the pair."
-            )
-            calc_gate = "d = yearly.dropna().diff().dropna().sort_values(ascending=False)\nresult = int(d.index[0])\nmargin = abs(float(d.iloc[0]) - float(d.iloc[1]))\nn = len(d)"
-            calc = "change = yearly.dropna().diff()\nprint(change.sort_values(ascending=False).head(3).round(4).to_string())\nbest = change.idxmax()"
-            final = f"print('{ANSWER_MARK}', int(best))"
-            ops, key = ("load", "parse dates", "resample", "difference", "argmax"), f"rise:{col}"
-        elif mode == "season":
-            period, word = (
-                ("quarter", "quarter (1-4)") if time.freq == "Q" else ("month", "calendar month (1-12)")
-            )
-            answer = AnswerFormat("integer")
-            instruction = f"In {fname}, averaging {col} over all years, which {word} has the highest mean value? Answer with the number."
-            calc_gate = f"m = df.groupby(df[{q(tcol)}].dt.{period})[{q(col)}].mean().sort_values(ascending=False)\nresult = int(m.index[0])\nmargin = float(m.iloc[0] - m.iloc[1])\nn = len(m)"
-            calc = f"season = df.groupby(df[{q(tcol)}].dt.{period})[{q(col)}].mean()\nprint(season.round(4).to_string())\nbest = season.idxmax()"
-            final = f"print('{ANSWER_MARK}', int(best))"
-            ops, key = ("load", "parse dates", "seasonal mean", "argmax"), f"season:{col}"
-        else:  # decade
-            answer = AnswerFormat("integer")
-            instruction = (
-                f"Group the years in {fname} into decades (1950 covers 1950-1959). Which decade has the highest mean {col}? "
-                "Answer with the decade's first year."
-            )
-            calc_gate = f"m = df.groupby(df[{q(tcol)}] // 10 * 10)[{q(col)}].mean().sort_values(ascending=False)\nresult = int(m.index[0])\nmargin = float(m.iloc[0] - m.iloc[1])\nn = len(m)"
-            calc = f"df['decade'] = df[{q(tcol)}] // 10 * 10\nby_decade = df.groupby('decade')[{q(col)}].mean()\nprint(by_decade.round(4).to_string())\nbest = by_decade.idxmax()"
-            final = f"print('{ANSWER_MARK}', int(best))"
-            ops, key = ("load", "bin years", "group mean", "argmax"), f"decade:{col}"
+        q_ = _TS_MODES[mode](_TsAsk(ctx, rng, fname, col, tcol, unit, years, dec, time))
+        answer, instruction, calc_gate, calc, final = (
+            q_.answer,
+            q_.instruction,
+            q_.calc_gate,
+            q_.calc,
+            q_.final,
+        )
+        ops, key = q_.ops, q_.key
         if mode in ("season",) and time.kind == "date":
             prep_used, alt_used = (
                 f"df[{q(tcol)}] = pd.to_datetime(df[{q(tcol)}])",
