@@ -323,6 +323,70 @@ def card_metadata(
     }
 
 
+def _versions_section(versions: Sequence[dict[str, Any]]) -> list[str]:
+    """The card's Versions section: package, profile, plan, judge, rubric prompts, kernel, policies."""
+    lines: list[str] = []
+    lines += ["", "## Versions", ""]
+    rows = []
+    for key, label in (
+        ("package", "deepanalyze-env"),
+        ("profile", "reward profile"),
+        ("reward_plan", "reward plan fingerprint"),
+        ("judge_model", "judge model"),
+    ):
+        counts = Counter(str(v.get(key)) for v in versions if v.get(key) is not None)
+        rows.append([label, ", ".join(f"{k} ({n})" for k, n in sorted(counts.items())) or "–"])
+    lines += _table(["what", "values (episodes)"], rows)
+    prompts: dict[str, Counter] = defaultdict(Counter)
+    for v in versions:
+        for rubric, digest in (v.get("judge_prompts") or {}).items():
+            prompts[rubric][str(digest)] += 1
+    if prompts:
+        lines += ["", "Judge rubric prompts (sha256):", ""]
+        lines += _table(
+            ["rubric", "prompt hash (episodes)"],
+            [[k, ", ".join(f"{d} ({n})" for d, n in sorted(c.items()))] for k, c in sorted(prompts.items())],
+        )
+    kernel: dict[str, Counter] = defaultdict(Counter)
+    for v in versions:
+        for pkg, ver in (v.get("kernel") or {}).items():
+            kernel[pkg][str(ver)] += 1
+    if kernel:
+        lines += ["", "Kernel packages (the stack the agent's code ran against):", ""]
+        lines += _table(
+            ["package", "version (episodes)"],
+            [
+                [k, ", ".join(f"{ver} ({n})" for ver, n in sorted(c.items()))]
+                for k, c in sorted(kernel.items())
+            ],
+        )
+    policies = Counter(str(v.get("policy_id")) for v in versions)
+    lines += ["", "Policies:", ""]
+    lines += _table(["policy id", "episodes"], sorted(policies.items()))
+    return lines
+
+
+def _counts_section(records: Sequence[dict[str, Any]], split_counts: dict[str, int]) -> list[str]:
+    """The card's Counts and Statistics sections."""
+    lines: list[str] = []
+    lines += ["", "## Counts", ""]
+    lines += _table(["split", "episodes"], list(split_counts.items()))
+    for label, key in (("reward status", "reward_status"), ("method", None), ("termination", "termination")):
+        counts = Counter(str(DERIVED["method"](r) if key is None else r.get(key)) for r in records)
+        lines += [""]
+        lines += _table([label, "episodes"], sorted(counts.items()))
+    stats = compute_stats(records)
+    lines += ["", "## Statistics (`deepanalyze-rl stats` over the exported episodes)", ""]
+    lines += _table(["metric", "value"], [[k.strip(), v] for k, v in summary_rows(stats)])
+    if stats["components"]:
+        lines += ["", "Reward components (scored episodes):", ""]
+        lines += _table(
+            ["component", "n", "mean"],
+            [[k, v["n"], f"{v['mean']:.4f}"] for k, v in stats["components"].items()],
+        )
+    return lines
+
+
 def card_body(
     *,
     title: str,
@@ -384,58 +448,8 @@ def card_body(
             f"- duplicate episode ids across sources: {len(duplicates)}, kept once (the first source's "
             f"copy): {shown}{' …' if len(duplicates) > 10 else ''}"
         )
-    lines += ["", "## Versions", ""]
-    rows = []
-    for key, label in (
-        ("package", "deepanalyze-env"),
-        ("profile", "reward profile"),
-        ("reward_plan", "reward plan fingerprint"),
-        ("judge_model", "judge model"),
-    ):
-        counts = Counter(str(v.get(key)) for v in versions if v.get(key) is not None)
-        rows.append([label, ", ".join(f"{k} ({n})" for k, n in sorted(counts.items())) or "–"])
-    lines += _table(["what", "values (episodes)"], rows)
-    prompts: dict[str, Counter] = defaultdict(Counter)
-    for v in versions:
-        for rubric, digest in (v.get("judge_prompts") or {}).items():
-            prompts[rubric][str(digest)] += 1
-    if prompts:
-        lines += ["", "Judge rubric prompts (sha256):", ""]
-        lines += _table(
-            ["rubric", "prompt hash (episodes)"],
-            [[k, ", ".join(f"{d} ({n})" for d, n in sorted(c.items()))] for k, c in sorted(prompts.items())],
-        )
-    kernel: dict[str, Counter] = defaultdict(Counter)
-    for v in versions:
-        for pkg, ver in (v.get("kernel") or {}).items():
-            kernel[pkg][str(ver)] += 1
-    if kernel:
-        lines += ["", "Kernel packages (the stack the agent's code ran against):", ""]
-        lines += _table(
-            ["package", "version (episodes)"],
-            [
-                [k, ", ".join(f"{ver} ({n})" for ver, n in sorted(c.items()))]
-                for k, c in sorted(kernel.items())
-            ],
-        )
-    policies = Counter(str(v.get("policy_id")) for v in versions)
-    lines += ["", "Policies:", ""]
-    lines += _table(["policy id", "episodes"], sorted(policies.items()))
-    lines += ["", "## Counts", ""]
-    lines += _table(["split", "episodes"], list(split_counts.items()))
-    for label, key in (("reward status", "reward_status"), ("method", None), ("termination", "termination")):
-        counts = Counter(str(DERIVED["method"](r) if key is None else r.get(key)) for r in records)
-        lines += [""]
-        lines += _table([label, "episodes"], sorted(counts.items()))
-    stats = compute_stats(records)
-    lines += ["", "## Statistics (`deepanalyze-rl stats` over the exported episodes)", ""]
-    lines += _table(["metric", "value"], [[k.strip(), v] for k, v in summary_rows(stats)])
-    if stats["components"]:
-        lines += ["", "Reward components (scored episodes):", ""]
-        lines += _table(
-            ["component", "n", "mean"],
-            [[k, v["n"], f"{v['mean']:.4f}"] for k, v in stats["components"].items()],
-        )
+    lines += _versions_section(versions)
+    lines += _counts_section(records, split_counts)
     lines += ["", "## Columns", ""]
     lines += _table(["column", "meaning"], [[f"`{k}`", v] for k, v in COLUMN_DOCS.items()], escape=False)
     lines += ["", f"Exported {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.", ""]
@@ -460,32 +474,11 @@ def _source_info(path: Path, episodes: int) -> dict[str, Any]:
     return {k: v for k, v in info.items() if v is not None}
 
 
-def export_runs(
-    sources: Sequence[str | Path],
-    out: str | Path,
-    *,
-    keep: str | None = None,
-    split_by: str | None = None,
-    splits: Sequence[str] | None = None,
-    license_id: str = "unknown",
-    pretty_name: str | None = None,
-    shard_rows: int = SHARD_ROWS,
-    rescored: bool = True,
-) -> ExportReport:
-    """Write the dataset folder ``out`` from the runs in ``sources`` (merged; first copy of an id wins)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from datasets import Features
-    from huggingface_hub import DatasetCard, DatasetCardData
-
-    if split_by and splits:
-        raise ExportError("--split-by and --splits exclude each other")
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ExportError(f"--out {out} exists and is not an empty folder; choose another")
-    flt = RecordFilter(keep) if keep else None
-    if splits:
-        parse_splits(splits)  # a bad --splits fails before any reading
+def _read_sources(
+    sources: Sequence[str | Path], rescored: bool
+) -> tuple[list[dict[str, Any]], dict[str, str], list[dict[str, Any]], list[str], int]:
+    """Records of every run in order, the run each episode id came from (first copy wins), each
+    source's summary, the duplicate ids and the number of episodes read."""
     records: list[dict[str, Any]] = []
     run_of: dict[str, str] = {}
     source_info = []
@@ -503,6 +496,60 @@ def export_runs(
                 continue
             run_of[eid] = str(path)
             records.append(record)
+    return records, run_of, source_info, duplicates, episodes_in
+
+
+def _write_shards(
+    folder: Path,
+    name: str,
+    rows: Sequence[dict[str, Any]],
+    components: list[str],
+    run_of: dict[str, str],
+    schema: Any,
+    shard_rows: int,
+) -> list[tuple[Path, int]]:
+    """One split's Parquet shards under ``folder/data``: (path relative to the dataset, bytes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    written = []
+    n_shards = max(1, math.ceil(len(rows) / shard_rows))
+    for i in range(n_shards):
+        chunk = rows[i * shard_rows : (i + 1) * shard_rows]
+        table = pa.Table.from_pylist(
+            [to_row(r, components, run_of[str(r.get("episode_id"))]) for r in chunk], schema=schema
+        )
+        rel = Path("data") / f"{name}-{i:05d}-of-{n_shards:05d}.parquet"
+        pq.write_table(table, folder / rel)
+        written.append((rel, table.nbytes))
+    return written
+
+
+def export_runs(
+    sources: Sequence[str | Path],
+    out: str | Path,
+    *,
+    keep: str | None = None,
+    split_by: str | None = None,
+    splits: Sequence[str] | None = None,
+    license_id: str = "unknown",
+    pretty_name: str | None = None,
+    shard_rows: int = SHARD_ROWS,
+    rescored: bool = True,
+) -> ExportReport:
+    """Write the dataset folder ``out`` from the runs in ``sources`` (merged; first copy of an id wins)."""
+    from datasets import Features
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    if split_by and splits:
+        raise ExportError("--split-by and --splits exclude each other")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f"--out {out} exists and is not an empty folder; choose another")
+    flt = RecordFilter(keep) if keep else None
+    if splits:
+        parse_splits(splits)  # a bad --splits fails before any reading
+    records, run_of, source_info, duplicates, episodes_in = _read_sources(sources, rescored)
     if not records:
         raise ExportError(f"{', '.join(map(str, sources))}: no episode records")
     if duplicates:
@@ -531,16 +578,9 @@ def export_runs(
     try:
         (tmp / "data").mkdir()
         for name, rows in by_split.items():
-            n_shards = max(1, math.ceil(len(rows) / shard_rows))
-            for i in range(n_shards):
-                chunk = rows[i * shard_rows : (i + 1) * shard_rows]
-                table = pa.Table.from_pylist(
-                    [to_row(r, components, run_of[str(r.get("episode_id"))]) for r in chunk], schema=schema
-                )
-                rel = Path("data") / f"{name}-{i:05d}-of-{n_shards:05d}.parquet"
-                pq.write_table(table, tmp / rel)
+            for rel, nbytes in _write_shards(tmp, name, rows, components, run_of, schema, shard_rows):
                 shards.append(out / rel)
-                split_bytes[name] += table.nbytes  # what datasets reports as a split's num_bytes
+                split_bytes[name] += nbytes  # what datasets reports as a split's num_bytes
         metadata = card_metadata(split_counts, split_bytes, features, license_id, title)
         card_data = DatasetCardData(**metadata)  # the card classes the Hub uses check the header shape
         body = card_body(
