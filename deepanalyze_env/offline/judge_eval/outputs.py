@@ -36,6 +36,88 @@ def _more(total: int) -> list[str]:
     return [f"\n… and {extra} more in cases.jsonl", ""] if extra > 0 else [""]
 
 
+def _per_judge_lines(report: dict[str, Any]) -> list[str]:
+    """The Per judge table and each multi-dimension judge's dimension means."""
+    lines: list[str] = []
+    lines += [
+        "## Per judge",
+        "",
+        "| judge | cases | ordering | " + " | ".join(LABELS) + " |",
+        "|---|---|---|",
+    ]
+    lines[-1] += "---|" * len(LABELS)
+    for judge, stats in report["per_judge"].items():
+        means = " | ".join(fmt(stats["per_label_mean"].get(label)) for label in LABELS)
+        lines.append(f"| {judge} | {stats['n_cases']} | {fmt(stats['ordering_accuracy'])} | {means} |")
+    lines.append("")
+    for judge, stats in report["per_judge"].items():
+        dims = stats.get("per_dimension_mean")
+        if not dims:
+            continue
+        names = sorted({name for per in dims.values() for name in per})
+        lines += [f"Dimensions of {judge}:", "", "| label | " + " | ".join(names) + " |"]
+        lines.append("|---|" + "---|" * len(names))
+        for label in LABELS:
+            if label in dims:
+                lines.append(f"| {label} | " + " | ".join(fmt(dims[label].get(n)) for n in names) + " |")
+        lines.append("")
+    return lines
+
+
+def _problem_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Pairs the judge ranked out of label order, and samples that got no score."""
+    lines: list[str] = []
+    misordered = [(row["id"], pair) for row in rows for pair in row["pairs"] if pair["outcome"] < 1.0]
+    if misordered:
+        lines += [
+            "## Pairs not in label order",
+            "",
+            "| case | pair | scores | counted |",
+            "|---|---|---|---|",
+        ]
+        for case_id, pair in misordered[:MAX_MD_ROWS]:
+            scores = f"{fmt(pair['better_score'])} vs {fmt(pair['worse_score'])}"
+            lines.append(f"| {case_id} | {pair['labels']} | {scores} | {pair['outcome']} |")
+        lines += _more(len(misordered))
+    failures = [
+        (row["id"], cand, sample)
+        for row in rows
+        for cand in row["candidates"]
+        for sample in cand["samples"]
+        if sample["status"] != "scored"
+    ]
+    if failures:
+        lines += ["## Samples without a score", "", "| case | candidate | repeat | status | error |"]
+        lines.append("|---|---|---|---|---|")
+        for case_id, cand, sample in failures[:MAX_MD_ROWS]:
+            error = " ".join(str(sample["error"]).split())[:160].replace("|", "\\|")
+            lines.append(
+                f"| {case_id} | {cand['index']} ({cand['label']}) | {sample['repeat']} | {sample['status']} "
+                f"| {error} |"
+            )
+        lines += _more(len(failures))
+    return lines
+
+
+HOW_TO_READ = [
+    "## How to read this",
+    "",
+    "- **ordering_accuracy**: over every pair of candidates of one case with different labels, the "
+    "share the judge ranked in the order reference > perturbed > wrong (ties count half). 0.5 is a "
+    "judge that cannot tell them apart; below 0.5 it prefers the worse answer.",
+    "- **per-label means** are scores in [0, 1] as the environment's reward sees them (the rubric "
+    "score / 5; a multi-dimension judge's mean over dimensions). The gap between labels matters "
+    "more than the level.",
+    "- **parse_failure_rate**: share of replies with no readable verdict; in training each becomes "
+    "a `verifier_error` episode that is left out of the gradient.",
+    "- **score_std_across_repeats**: the judge's noise at this temperature (sample standard "
+    "deviation over repeats, averaged over candidates); compare it with the per-label gaps.",
+    "- Per-sample replies, errors and latencies are in `cases.jsonl`; `scores.png` shows the "
+    "distribution per label and judge.",
+    "",
+]
+
+
 def render_markdown(report: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
     """A human summary: headline numbers, gates, per judge, misordered pairs, failures, bad lines."""
     lines = [
@@ -74,78 +156,13 @@ def render_markdown(report: dict[str, Any], rows: Sequence[dict[str, Any]]) -> s
             verdict = "PASS" if gate["passed"] else "FAIL"
             lines.append(f"- **{verdict}** {name}: value {fmt(gate['value'])}, limit {gate['limit']}")
         lines.append("")
-    lines += [
-        "## Per judge",
-        "",
-        "| judge | cases | ordering | " + " | ".join(LABELS) + " |",
-        "|---|---|---|",
-    ]
-    lines[-1] += "---|" * len(LABELS)
-    for judge, stats in report["per_judge"].items():
-        means = " | ".join(fmt(stats["per_label_mean"].get(label)) for label in LABELS)
-        lines.append(f"| {judge} | {stats['n_cases']} | {fmt(stats['ordering_accuracy'])} | {means} |")
-    lines.append("")
-    for judge, stats in report["per_judge"].items():
-        dims = stats.get("per_dimension_mean")
-        if not dims:
-            continue
-        names = sorted({name for per in dims.values() for name in per})
-        lines += [f"Dimensions of {judge}:", "", "| label | " + " | ".join(names) + " |"]
-        lines.append("|---|" + "---|" * len(names))
-        for label in LABELS:
-            if label in dims:
-                lines.append(f"| {label} | " + " | ".join(fmt(dims[label].get(n)) for n in names) + " |")
-        lines.append("")
-    misordered = [(row["id"], pair) for row in rows for pair in row["pairs"] if pair["outcome"] < 1.0]
-    if misordered:
-        lines += [
-            "## Pairs not in label order",
-            "",
-            "| case | pair | scores | counted |",
-            "|---|---|---|---|",
-        ]
-        for case_id, pair in misordered[:MAX_MD_ROWS]:
-            scores = f"{fmt(pair['better_score'])} vs {fmt(pair['worse_score'])}"
-            lines.append(f"| {case_id} | {pair['labels']} | {scores} | {pair['outcome']} |")
-        lines += _more(len(misordered))
-    failures = [
-        (row["id"], cand, sample)
-        for row in rows
-        for cand in row["candidates"]
-        for sample in cand["samples"]
-        if sample["status"] != "scored"
-    ]
-    if failures:
-        lines += ["## Samples without a score", "", "| case | candidate | repeat | status | error |"]
-        lines.append("|---|---|---|---|---|")
-        for case_id, cand, sample in failures[:MAX_MD_ROWS]:
-            error = " ".join(str(sample["error"]).split())[:160].replace("|", "\\|")
-            lines.append(
-                f"| {case_id} | {cand['index']} ({cand['label']}) | {sample['repeat']} | {sample['status']} "
-                f"| {error} |"
-            )
-        lines += _more(len(failures))
+    lines += _per_judge_lines(report)
+    lines += _problem_lines(rows)
     if report["bad_lines"]:
         lines += ["## Fixture lines skipped", ""]
         lines += [f"- {b['file']}:{b['line']}: {b['error']}" for b in report["bad_lines"]]
         lines.append("")
-    lines += [
-        "## How to read this",
-        "",
-        "- **ordering_accuracy**: over every pair of candidates of one case with different labels, the "
-        "share the judge ranked in the order reference > perturbed > wrong (ties count half). 0.5 is a "
-        "judge that cannot tell them apart; below 0.5 it prefers the worse answer.",
-        "- **per-label means** are scores in [0, 1] as the environment's reward sees them (the rubric "
-        "score / 5; a multi-dimension judge's mean over dimensions). The gap between labels matters "
-        "more than the level.",
-        "- **parse_failure_rate**: share of replies with no readable verdict; in training each becomes "
-        "a `verifier_error` episode that is left out of the gradient.",
-        "- **score_std_across_repeats**: the judge's noise at this temperature (sample standard "
-        "deviation over repeats, averaged over candidates); compare it with the per-label gaps.",
-        "- Per-sample replies, errors and latencies are in `cases.jsonl`; `scores.png` shows the "
-        "distribution per label and judge.",
-        "",
-    ]
+    lines += HOW_TO_READ
     return "\n".join(lines)
 
 
