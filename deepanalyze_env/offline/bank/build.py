@@ -102,6 +102,65 @@ def build(out: Path, **kwargs: Any) -> BuildResult:
     return result
 
 
+def _drafts(
+    ws_root: Path,
+    table_names: list[str],
+    families: list[str],
+    seed: int,
+    per_table: dict[str, int],
+    tick: Progress,
+) -> tuple[list[Draft], list[dict[str, Any]]]:
+    """Every family's drafts over every table (each family's RNG seeded by seed, table and family,
+    so adding a family changes no other family's tasks), and each table's provenance."""
+    drafts: list[Draft] = []
+    sources = []
+    for n, name in enumerate(table_names, 1):
+        spec = TABLES[name]
+        frame = spec.load()
+        info = describe(spec, frame)
+        sources.append(asdict(info))
+        workspaces = {
+            kind: write_workspace(ws_root, spec, frame, kind, seed, info.title, info.source)
+            for kind in kinds_for(spec, len(frame))
+        }
+        for fam in families:
+            family = FAMILIES[fam]
+            if family.kinds and not any(k in workspaces for k in family.kinds):
+                continue
+            rng = random.Random(f"{seed}:{name}:{fam}")
+            drafts.extend(family.make(FamilyContext(spec, frame, workspaces, rng, per_table[spec.split])))
+        tick("tables", n, len(table_names))
+    return drafts, sources
+
+
+def _reference_episodes(
+    kept: list[tuple[Draft, dict[str, Any]]], out: Path, workers: int, tick: Progress
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each kept task's reference episode played through the real env: the records of those
+    that score full marks, and why the others did not (the self-check)."""
+    from deepanalyze_env.offline.bank.episodes import empty_judge_cache, play
+
+    failures: list[str] = []
+    records: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="bank-judge-") as tmp:
+        cache = empty_judge_cache(Path(tmp))
+        done = 0
+
+        def one(item: tuple[Draft, dict[str, Any]]):
+            draft, task = item
+            return task["id"], play(task, draft, out, cache)
+
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for task_id, check in pool.map(one, kept):
+                done += 1
+                tick("reference episodes", done, len(kept))
+                if check.ok:
+                    records[task_id] = check.record
+                else:
+                    failures.append(f"{task_id}: {'; '.join(check.problems)}")
+    return records, failures
+
+
 def _build(
     out: Path,
     *,
@@ -122,25 +181,7 @@ def _build(
     per_table = per_table or PER_TABLE
     tick = progress or (lambda stage, done, total: None)
     out.mkdir(parents=True, exist_ok=True)
-    ws_root = out / "workspaces"
-    drafts: list[Draft] = []
-    sources = []
-    for n, name in enumerate(table_names, 1):
-        spec = TABLES[name]
-        frame = spec.load()
-        info = describe(spec, frame)
-        sources.append(asdict(info))
-        workspaces = {
-            kind: write_workspace(ws_root, spec, frame, kind, seed, info.title, info.source)
-            for kind in kinds_for(spec, len(frame))
-        }
-        for fam in names:
-            family = FAMILIES[fam]
-            if family.kinds and not any(k in workspaces for k in family.kinds):
-                continue
-            rng = random.Random(f"{seed}:{name}:{fam}")
-            drafts.extend(family.make(FamilyContext(spec, frame, workspaces, rng, per_table[spec.split])))
-        tick("tables", n, len(table_names))
+    drafts, sources = _drafts(out / "workspaces", table_names, names, seed, per_table, tick)
     # ground truth from the kernel, then the gate
     reasons: Counter = Counter()
     kept: list[tuple[Draft, dict[str, Any]]] = []
@@ -168,27 +209,7 @@ def _build(
         task = _task(d, spec, per_group[(d.family, d.table)], TABLES[d.table].split)
         tasks.append(task)
         kept.append((d, task))
-    # reference episodes + self-check
-    from deepanalyze_env.offline.bank.episodes import empty_judge_cache, play
-
-    failures: list[str] = []
-    records: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="bank-judge-") as tmp:
-        cache = empty_judge_cache(Path(tmp))
-        done = 0
-
-        def one(item: tuple[Draft, dict[str, Any]]):
-            draft, task = item
-            return task["id"], play(task, draft, out, cache)
-
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for task_id, check in pool.map(one, kept):
-                done += 1
-                tick("reference episodes", done, len(kept))
-                if check.ok:
-                    records[task_id] = check.record
-                else:
-                    failures.append(f"{task_id}: {'; '.join(check.problems)}")
+    records, failures = _reference_episodes(kept, out, workers, tick)
     if failures:
         reasons["self_check"] += len(failures)
     final = [t for t in tasks if t["id"] in records]
