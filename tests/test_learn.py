@@ -241,3 +241,64 @@ def test_stage_overrides_keep_their_types_through_the_command_line(tmp_path):
 
     stage = StageRecipe("r.yaml", {"a": True, "b": [1, 2], "c": "text", "d": 2e-4, "e": None})
     assert stage.overrides() == ["a=true", "b=[1, 2]", "c=text", "d=0.0002", "e=null"]
+
+
+def _stage_eval(folder: Path, rewards: dict[str, float], planned: list[str]) -> None:
+    """An eval folder as ``eval`` leaves it: records of the finished episodes, the plan of every
+    episode, and the report ``eval`` writes from them."""
+    from deepanalyze_env.cli.eval import write_report
+
+    folder.mkdir(parents=True)
+    spec = {"method": "qa_plain", "ground_truth": "B"}
+    lines = [
+        {
+            "episode_id": f"e-{task}",
+            "task_id": task,
+            "reward_spec": spec,
+            "reward": reward,
+            "reward_status": "scored",
+            "format_ok": True,
+            "reward_components": {"qa_accuracy": float(reward == 1.0)},
+            "termination": "answer",
+            "turns": 1,
+            "messages": [],
+        }
+        for task, reward in rewards.items()
+    ]
+    (folder / "episodes.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    plan = {"episodes": [{"episode_id": f"e-{t}", "task_id": t} for t in planned], "reward_specs": {}}
+    plan["reward_specs"] = {t: spec for t in planned}
+    (folder / "planned.json").write_text(json.dumps(plan))
+    write_report(folder, 1)
+
+
+def test_missing_episodes_count_as_failures_and_unpaired_tasks_are_named(tmp_path):
+    from deepanalyze_env.cli.learn import compare_stages, coverage, headline, markdown
+
+    _stage_eval(tmp_path / "eval-base", {"t1": 1.0, "t2": 0.0}, ["t1", "t2", "t3"])  # t3 raised
+    _stage_eval(tmp_path / "eval-sft", {"t1": 1.0, "t2": 1.0}, ["t1", "t2"])  # t3 never planned
+    base = headline(tmp_path / "eval-base")
+    # over the 3 planned: rewards 1, 0 and -1 (missing); gate 1, 1, 0; correct 1, 0, 0
+    assert base["reward_mean"] == pytest.approx(0.0)
+    assert base["format_gate_pass_rate"] == pytest.approx(2 / 3)
+    assert base["accuracy"] == pytest.approx(1 / 3)
+    assert (base["planned"], base["finished"], base["missing"], base["missing_tasks"]) == (3, 2, 1, ["t3"])
+    dev = {"base": base, "sft": headline(tmp_path / "eval-sft")}
+    cov = coverage(dev)
+    assert cov == {"same_tasks": False, "tasks": 3, "lacking": {"sft": ["t3"]}}
+    comparisons = compare_stages(tmp_path, ["base", "sft"])
+    pair = comparisons["base->sft"]
+    assert pair["only_in_a"] == ["t3"] and pair["only_in_b"] == []
+    assert pair["reward"]["tasks"] == 2 and pair["reward"]["mean_diff"] == pytest.approx(0.5)
+    summary = {
+        "dev": dev,
+        "test": None,
+        "coverage": cov,
+        "comparisons": comparisons,
+        "seconds": {"total": 1.0},
+    }
+    md = markdown(summary)
+    assert "NOT COMPARABLE" in md and "sft lacks ['t3']" in md
+    assert "UNPAIRED tasks left out: only earlier ['t3']" in md
+    assert "base: 1 of 3 planned episodes did not finish (tasks t3)" in md
+    assert "| base | 2/3 |" in md and "| sft | 2/2 |" in md

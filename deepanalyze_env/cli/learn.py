@@ -311,15 +311,33 @@ def eval_argv(pipe: Pipeline, model: str, tasks: Path, out: Path, config: Path) 
 
 
 def headline(eval_dir: Path) -> dict[str, Any]:
-    overall = json.loads((eval_dir / "report.json").read_text())["overall"]
+    """A stage's dev figures, over its planned episodes (a missing one counts as a failed gate;
+    ``planned``/``finished``/``missing`` say how many there were)."""
+    report = json.loads((eval_dir / "report.json").read_text())
+    overall = report["overall"]
+    counts = report.get("episodes") or {}
     return {
         "reward_mean": overall["reward_mean"],
         "reward_ci95": overall["reward_ci95"],
         "format_gate_pass_rate": overall["format_gate_pass_rate"],
         "accuracy": overall["pass_at"]["1"]["value"] if "1" in overall.get("pass_at", {}) else None,
         "episodes": overall["episodes"],
+        "planned": counts.get("planned"),
+        "finished": counts.get("finished", overall["episodes"]),
+        "missing": counts.get("missing"),
+        "missing_tasks": counts.get("missing_tasks", []),
+        "task_ids": counts.get("tasks", []),
         "status_rates": overall["status_rates"],
     }
+
+
+def coverage(dev: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Whether every stage's figures are over the same tasks (the before/after table is only a
+    comparison if they are); otherwise which tasks each stage lacks or adds."""
+    sets = {stage: set(m.get("task_ids") or []) for stage, m in dev.items()}
+    union = set().union(*sets.values()) if sets else set()
+    lacking = {stage: sorted(union - s) for stage, s in sets.items() if union - s}
+    return {"same_tasks": not lacking, "tasks": len(union), "lacking": lacking}
 
 
 def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
@@ -437,6 +455,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
 
     summary = {
         "pipeline": pipe.source,
+        "coverage": coverage(dev),
         "model": model,
         "bank": str(bank),
         "task_files": {k: str(v) for k, v in files.items()},
@@ -454,14 +473,19 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
 
 
 def compare_stages(out: Path, order: list[str]) -> dict[str, Any]:
-    """Paired per-task comparisons of each stage with the one before it (dev)."""
-    from deepanalyze_env.core.records import load_run
-    from deepanalyze_env.offline.eval_report import compare_runs
+    """Paired per-task comparisons of each stage with the one before it (dev), over planned
+    episodes (missing ones as failures), naming the tasks that had no partner."""
+    from deepanalyze_env.offline.eval_report import compare_runs, load_eval
 
     result = {}
     for a, b in itertools.pairwise(order):
-        runs = [load_run(out / f"eval-{name}").records for name in (a, b)]
-        result[f"{a}->{b}"] = compare_runs(*runs)["metrics"]
+        runs = [load_eval(out / f"eval-{name}")[0] for name in (a, b)]
+        compared = compare_runs(*runs)
+        result[f"{a}->{b}"] = {
+            **compared["metrics"],
+            "only_in_a": compared["only_in_a"],
+            "only_in_b": compared["only_in_b"],
+        }
     return result
 
 
@@ -481,17 +505,49 @@ def comparison_lines(summary: dict[str, Any]) -> list[str]:
     lines = []
     for pair, metrics in summary["comparisons"].items():
         r = metrics["reward"]
-        lines.append(
+        line = (
             f"{pair}: paired reward difference {_f(r['mean_diff'])} (95% CI {_ci(r.get('diff_ci95'))}, "
             f"{r.get('tasks')} tasks; later stage better on {r.get('b_better')}, "
             f"earlier on {r.get('a_better')})"
         )
+        only_a, only_b = metrics.get("only_in_a") or [], metrics.get("only_in_b") or []
+        if only_a or only_b:
+            line += f"; UNPAIRED tasks left out: only earlier {only_a}, only later {only_b}"
+        lines.append(line)
     return lines
+
+
+def warning_lines(summary: dict[str, Any]) -> list[str]:
+    """What makes the table less than a like-for-like comparison, said above it."""
+    lines = []
+    cov = summary.get("coverage") or {}
+    if cov and not cov["same_tasks"]:
+        lines.append(
+            "NOT COMPARABLE: the stages cover different dev tasks ("
+            + "; ".join(f"{stage} lacks {tasks}" for stage, tasks in cov["lacking"].items())
+            + "); read the paired comparisons below, not the table's rows"
+        )
+    for stage, m in {**summary["dev"], **({"test": summary["test"]} if summary.get("test") else {})}.items():
+        if m.get("missing"):
+            lines.append(
+                f"{stage}: {m['missing']} of {m['planned']} planned episodes did not finish (tasks "
+                f"{', '.join(m['missing_tasks'])}); its figures count each as a failed gate (reward -1, "
+                "accuracy 0)"
+            )
+        elif m.get("planned") is None:
+            lines.append(f"{stage}: planned episodes unknown (its eval folder has no planned.json)")
+    return lines
+
+
+def _episodes(m: dict[str, Any]) -> str:
+    if m.get("planned") is None:
+        return f"{m['finished']} (planned ?)"
+    return f"{m['finished']}/{m['planned']}"
 
 
 def table(summary: dict[str, Any]) -> Table:
     t = Table(title="dev set, before and after training", title_justify="left")
-    for name, justify in (("stage", "left"), ("episodes", "right"), ("format gate", "right")):
+    for name, justify in (("stage", "left"), ("finished/planned", "right"), ("format gate", "right")):
         t.add_column(name, justify=justify)
     for name in ("reward", "reward 95% CI", "accuracy"):
         t.add_column(name, justify="right")
@@ -499,7 +555,7 @@ def table(summary: dict[str, Any]) -> Table:
         ci = _ci(m.get("reward_ci95"))
         t.add_row(
             stage,
-            str(m["episodes"]),
+            _episodes(m),
             _f(m["format_gate_pass_rate"]),
             _f(m["reward_mean"]),
             ci,
@@ -509,14 +565,16 @@ def table(summary: dict[str, Any]) -> Table:
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    lines = [
-        "| stage | episodes | format gate | reward | reward 95% CI | accuracy (pass@1) |",
+    lines = [f"**{line}**\n" for line in warning_lines(summary)]
+    lines += [
+        "Figures are over every planned episode; one that did not finish counts as a failed gate.\n",
+        "| stage | finished/planned | format gate | reward | reward 95% CI | accuracy (pass@1) |",
         "|---|---|---|---|---|---|",
     ]
     for stage, m in summary["dev"].items():
         ci = _ci(m.get("reward_ci95"))
         lines.append(
-            f"| {stage} | {m['episodes']} | {_f(m['format_gate_pass_rate'])} | {_f(m['reward_mean'])} | {ci} "
+            f"| {stage} | {_episodes(m)} | {_f(m['format_gate_pass_rate'])} | {_f(m['reward_mean'])} | {ci} "
             f"| {_f(m['accuracy'])} |"
         )
     lines += ["\n" + line for line in comparison_lines(summary)]
@@ -580,6 +638,8 @@ def cmd_learn(args: argparse.Namespace) -> int:
     pipe = Pipeline.load(args.pipeline, args.overrides)
     summary = run_pipeline(pipe, fresh=args.fresh)
     console.print(Rule("[bold]result[/bold]"))
+    for line in warning_lines(summary):
+        console.print(line, style="bold red", highlight=False)
     console.print(table(summary))
     for line in comparison_lines(summary):
         console.print(line, highlight=False)
