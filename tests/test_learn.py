@@ -129,16 +129,20 @@ def test_tiny_pipeline_runs_every_stage_and_a_rerun_reuses_them(tmp_path):
 
 class _Calls:
     """Stands in for the stage subprocess (the real one runs in the tiny pipeline test): records
-    each stage's arguments and exits 0, so the reuse/resume/clean decisions can be read directly."""
+    each stage's arguments and exits 0 — or, when ``script`` holds actions, runs the next one
+    (it writes what the command would have left and returns its exit code) — so the reuse,
+    resume and clean decisions can be read directly."""
 
     def __init__(self):
         self.argvs: list[list[str]] = []
+        self.script: list = []
 
     def __call__(self, cmd, check=False):
         import subprocess
 
         self.argvs.append(cmd[3:])  # after: python -m deepanalyze_env.cli
-        return subprocess.CompletedProcess(cmd, 0)
+        code = self.script.pop(0)(cmd[3:]) if self.script else 0
+        return subprocess.CompletedProcess(cmd, code)
 
 
 @pytest.fixture
@@ -302,3 +306,77 @@ def test_missing_episodes_count_as_failures_and_unpaired_tasks_are_named(tmp_pat
     assert "UNPAIRED tasks left out: only earlier ['t3']" in md
     assert "base: 1 of 3 planned episodes did not finish (tasks t3)" in md
     assert "| base | 2/3 |" in md and "| sft | 2/2 |" in md
+
+
+def _report(out: Path, missing: int, planned: int = 3) -> int:
+    """What ``eval`` leaves: a run folder and a report over its planned episodes; exit 1 when
+    some did not finish (as ``eval`` does)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "run.json").write_text("{}")
+    counts = {"planned": planned, "finished": planned - missing, "missing": missing}
+    (out / "report.json").write_text(json.dumps({"episodes": counts}))
+    return 1 if missing else 0
+
+
+def test_an_eval_with_missing_episodes_is_resumed_not_recorded_as_done(tmp_path, calls, capsys):
+    from deepanalyze_env.cli.learn import Stages, eval_gap
+
+    out = tmp_path / "eval"
+    argv = ["eval", "--out", str(out)]
+    calls.script = [lambda a: _report(out, missing=1), lambda a: _report(out, missing=0)]
+    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, resumable=True, check=eval_gap)
+    assert calls.argvs == [argv, [*argv, "--resume"]]
+    assert (
+        "stage eval is incomplete (1 of 3 planned episodes did not finish): resuming"
+        in capsys.readouterr().out
+    )
+    saved = json.loads((tmp_path / "stages.json").read_text())["eval"]
+    assert saved["seconds"] is not None and "incomplete" not in saved
+
+
+def test_an_eval_still_missing_episodes_stays_not_done_and_the_next_run_resumes_it(tmp_path, calls):
+    from deepanalyze_env.cli.learn import Stages, eval_gap
+
+    out = tmp_path / "eval"
+    argv = ["eval", "--out", str(out)]
+    calls.script = [lambda a: _report(out, missing=2), lambda a: _report(out, missing=1)]
+    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, resumable=True, check=eval_gap)
+    saved = json.loads((tmp_path / "stages.json").read_text())["eval"]
+    assert saved["seconds"] is None and saved["incomplete"] == "1 of 3 planned episodes did not finish"
+    calls.script = [lambda a: _report(out, missing=0)]
+    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, resumable=True, check=eval_gap)
+    assert calls.argvs[-1] == [*argv, "--resume"] and len(calls.argvs) == 3  # resumed, not reused
+    assert json.loads((tmp_path / "stages.json").read_text())["eval"]["seconds"] is not None
+
+
+def test_a_crashed_eval_is_rerun_in_a_clean_folder_and_a_second_crash_is_an_error(tmp_path, calls, capsys):
+    from deepanalyze_env.cli.common import UsageError
+    from deepanalyze_env.cli.learn import Stages, eval_gap
+
+    out = tmp_path / "eval"
+    argv = ["eval", "--out", str(out)]
+
+    def crash_before_any_run(a):
+        out.mkdir(exist_ok=True)
+        (out / "stray.log").write_text("x")
+        return 1  # an uncaught exception: no run.json, no report
+
+    calls.script = [crash_before_any_run, lambda a: _report(out, missing=0)]
+    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, resumable=True, check=eval_gap)
+    assert calls.argvs == [argv, argv] and not (out / "stray.log").exists()
+    assert "did not start a run (it wrote no report: it crashed): rerunning it in a clean folder" in (
+        capsys.readouterr().out
+    )
+
+    def crash_after_some_episodes(a):
+        out.mkdir(exist_ok=True)
+        (out / "run.json").write_text("{}")
+        (out / "report.json").unlink(missing_ok=True)
+        return 1
+
+    calls.script = [crash_after_some_episodes, crash_after_some_episodes]
+    with pytest.raises(UsageError, match="stage eval failed \\(it wrote no report: it crashed\\)"):
+        Stages(tmp_path, fresh=True).run("eval", "t", argv, out, resumable=True, check=eval_gap)
+    assert calls.argvs[-1] == [*argv, "--resume"]  # the second try resumed the run it had started
+    saved = json.loads((tmp_path / "stages.json").read_text())["eval"]
+    assert saved["seconds"] is None and "crashed" in saved["incomplete"]

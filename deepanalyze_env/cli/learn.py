@@ -19,7 +19,13 @@ of each, and ``stages.json`` makes the chain reproducible by hand.
 
 Resume: a finished stage is recorded in ``stages.json`` with its arguments; rerunning the
 pipeline reuses it when the arguments are unchanged, and reruns it and every later stage when
-they differ (``--fresh`` reruns everything). Evals resume episode by episode.
+they differ (``--fresh`` reruns everything). Evals resume episode by episode. A stage is done only
+when it is complete: an eval that wrote its report with no planned episode missing, a rollout
+whose ``episodes.jsonl`` holds every planned episode. An incomplete one is tried once more at
+once (``--resume`` when it left a run folder, else in a clean folder); if it is still incomplete
+it is recorded as not done (``incomplete`` in ``stages.json``, so the next run resumes it), and
+the pipeline goes on only when what it left is readable (an eval's report, which counts the
+missing episodes as failures), else it stops with the stage named.
 
 Output: ``learn.json`` (per-stage dev metrics, stage seconds, paired comparisons, GRPO steps),
 ``learn.md`` (the before/after table) and ``learn.png`` (the curve).
@@ -37,7 +43,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -266,6 +272,7 @@ class Stages:
         outputs: Path | None = None,
         inputs: Sequence[Path] = (),
         resumable: bool = False,
+        check: Callable[[Path, float], Gap | None] | None = None,
     ) -> None:
         console.print(Rule(f"[bold]{title}[/bold]"))
         digests = _digests(inputs)
@@ -288,19 +295,99 @@ class Stages:
             shutil.rmtree(outputs)  # another stage's arguments, inputs or model made it: start clean
         if resume:
             argv = [*argv, "--resume"]
-        console.print("deepanalyze-rl " + " ".join(argv), style="dim", markup=False, highlight=False)
+            console.print(f"resuming: {name} (started earlier with the same identity, not complete)")
         self.done[name] = {"argv": _key(argv), "inputs": digests, "seconds": None}  # started
-        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
+        self._save()
         start = time.monotonic()
+        gap = self._execute(argv, outputs, check)
+        if gap is not None and resumable and outputs is not None:
+            # an incomplete or crashed stage is not done: one more try, resuming what it has
+            if (outputs / "run.json").is_file():
+                console.print(
+                    f"[yellow]stage {name} is incomplete[/yellow] ({gap.reason}): resuming its missing "
+                    "episodes (--resume)",
+                    highlight=False,
+                )
+                argv = argv if "--resume" in argv else [*argv, "--resume"]
+            else:
+                console.print(
+                    f"[yellow]stage {name} did not start a run[/yellow] ({gap.reason}): rerunning it in a "
+                    "clean folder",
+                    highlight=False,
+                )
+                if outputs.exists():
+                    shutil.rmtree(outputs)
+            gap = self._execute(argv, outputs, check)
+        seconds = round(time.monotonic() - start, 1)
+        self.seconds[name] = seconds
+        if gap is None:
+            self.done[name]["seconds"] = seconds
+            self._save()
+            return
+        # still incomplete: not recorded as done, so the next ``learn`` resumes it
+        self.done[name]["incomplete"] = gap.reason
+        self._save()
+        if not gap.usable:
+            raise UsageError(f"stage {name} failed ({gap.reason}): deepanalyze-rl {' '.join(argv)}")
+        console.print(
+            f"[red]stage {name} is still incomplete[/red] ({gap.reason}); its figures count what is "
+            "missing as failures, and the next learn run resumes it",
+            highlight=False,
+        )
+
+    def _save(self) -> None:
+        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
+
+    def _execute(
+        self, argv: list[str], outputs: Path | None, check: Callable[[Path, float], Gap | None] | None
+    ) -> Gap | None:
+        """Run the stage's command once; what is missing from its result, or None when complete."""
+        console.print("deepanalyze-rl " + " ".join(argv), style="dim", markup=False, highlight=False)
+        since = time.time()
         # its own process: every stage loads a model, and memory a finished stage held (a trainer,
         # an eval policy) goes back to the system before the next one starts
         code = subprocess.run([sys.executable, "-m", "deepanalyze_env.cli", *argv], check=False).returncode
-        seconds = round(time.monotonic() - start, 1)
-        if code not in (0, 1) or (code == 1 and argv[0] != "eval"):
-            raise UsageError(f"stage {name} failed (exit code {code}): deepanalyze-rl {' '.join(argv)}")
-        self.seconds[name] = seconds
-        self.done[name]["seconds"] = seconds
-        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
+        if check is not None and outputs is not None:
+            gap = check(outputs, since)
+            if gap is not None or code == 0:
+                return gap
+        if code != 0:
+            return Gap(f"exit code {code}", usable=False)
+        return None
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Why a stage is not complete, and whether what it left can still be read (an eval's report
+    over its planned episodes, missing ones counted as failures)."""
+
+    reason: str
+    usable: bool
+
+
+def eval_gap(folder: Path, since: float) -> Gap | None:
+    """An eval is complete when it wrote its report in this run and no planned episode is missing."""
+    report = folder / "report.json"
+    if not report.is_file() or report.stat().st_mtime < since:
+        return Gap("it wrote no report: it crashed", usable=False)
+    counts = json.loads(report.read_text()).get("episodes") or {}
+    if counts.get("missing"):
+        return Gap(f"{counts['missing']} of {counts['planned']} planned episodes did not finish", usable=True)
+    return None
+
+
+def rollout_gap(folder: Path, since: float) -> Gap | None:
+    """A rollout is complete when it rebuilt ``episodes.jsonl`` in this run with every planned
+    episode in it (the SFT data of a partial reference run is what it kept, and says so)."""
+    from deepanalyze_env.offline.eval_report import load_eval
+
+    episodes = folder / "episodes.jsonl"
+    if not episodes.is_file() or episodes.stat().st_mtime < since:
+        return Gap("it wrote no episodes.jsonl: it crashed", usable=False)
+    counts = load_eval(folder)[1]
+    if counts.get("missing"):
+        return Gap(f"{counts['missing']} of {counts['planned']} planned episodes did not finish", usable=True)
+    return None
 
 
 def eval_argv(pipe: Pipeline, model: str, tasks: Path, out: Path, config: Path) -> list[str]:
@@ -376,6 +463,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
         out / "eval-base",
         [files["dev"], config],
         resumable=True,
+        check=eval_gap,
     )
     dev["base"] = headline(out / "eval-base")
 
@@ -394,6 +482,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
             reference,
             [files["train"], config, bank / "trajectories.jsonl"],
             resumable=True,
+            check=rollout_gap,
         )
         sft_dir = out / "sft"
         argv = ["train", pipe.sft.recipe, f"output_dir={sft_dir}", f"model={model}"]
@@ -409,6 +498,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
                 out / "eval-sft",
                 [files["dev"], config],
                 resumable=True,
+                check=eval_gap,
             )
             dev["sft"] = headline(out / "eval-sft")
             order.append("sft")
@@ -428,6 +518,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
             out / "eval-grpo",
             [files["dev"], config],
             resumable=True,
+            check=eval_gap,
         )
         dev["grpo"] = headline(out / "eval-grpo")
         order.append("grpo")
@@ -450,6 +541,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
             out / "eval-test",
             [files["test"], config],
             resumable=True,
+            check=eval_gap,
         )
         test = headline(out / "eval-test")
 
