@@ -121,10 +121,33 @@ def test_tiny_pipeline_runs_every_stage_and_a_rerun_reuses_them(tmp_path):
     stages = json.loads((out / "stages.json").read_text())
     assert {"eval_base", "reference", "sft", "eval_sft", "grpo", "eval_grpo"} <= set(stages)
 
+    # every model folder and file a stage reads is part of its identity
+    assert str(out / "reference" / "kept.jsonl") in stages["sft"]["inputs"]
+    assert str(out / "sft") in stages["eval_sft"]["inputs"] and str(out / "sft") in stages["grpo"]["inputs"]
+    assert str(out / "grpo") in stages["eval_grpo"]["inputs"]
+    assert any(k.endswith(".gguf") for k in stages["eval_base"]["inputs"])  # embedded:smollm2's weights
+
     weights = (out / "grpo" / "model.safetensors").stat().st_mtime_ns
     assert main(["learn", pipe, *overrides]) == 0  # nothing changed: every stage is reused
     assert (out / "grpo" / "model.safetensors").stat().st_mtime_ns == weights
     assert json.loads((out / "stages.json").read_text()) == stages
+
+    # the GRPO model rewritten in place (same path, same size, other weights): its eval reruns
+    from safetensors.torch import load_file, save_file
+
+    path = out / "grpo" / "model.safetensors"
+    tensors = load_file(path)
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] * 0.5
+    save_file(tensors, path, metadata={"format": "pt"})
+    run_id = json.loads((out / "eval-grpo" / "run.json").read_text())["run_id"]
+    assert main(["learn", pipe, *overrides]) == 0
+    again = json.loads((out / "stages.json").read_text())
+    assert {k: again[k] for k in again if k != "eval_grpo"} == {
+        k: stages[k] for k in stages if k != "eval_grpo"
+    }
+    assert again["eval_grpo"]["inputs"][str(out / "grpo")] != stages["eval_grpo"]["inputs"][str(out / "grpo")]
+    assert json.loads((out / "eval-grpo" / "run.json").read_text())["run_id"] != run_id  # a new eval
 
 
 class _Calls:
@@ -380,3 +403,32 @@ def test_a_crashed_eval_is_rerun_in_a_clean_folder_and_a_second_crash_is_an_erro
     assert calls.argvs[-1] == [*argv, "--resume"]  # the second try resumed the run it had started
     saved = json.loads((tmp_path / "stages.json").read_text())["eval"]
     assert saved["seconds"] is None and "crashed" in saved["incomplete"]
+
+
+def test_a_model_or_sft_data_rewritten_in_place_reruns_the_stages_that_read_it(tmp_path, calls):
+    from deepanalyze_env.cli.learn import Stages
+
+    model, kept = tmp_path / "sft", tmp_path / "kept.jsonl"
+    kept.write_text('{"episode": 1}\n')
+    out = tmp_path / "eval"
+
+    def both():
+        stages = Stages(tmp_path, fresh=False)
+        stages.run("sft", "t", ["train", "r"], model, [kept])
+        if not model.exists():  # what the train command leaves
+            model.mkdir()
+            (model / "model.safetensors").write_bytes(b"\0" * 4096)
+            (model / "config.json").write_text("{}")
+        stages.run("eval", "t", ["eval", "--model", str(model)], out, [model], resumable=True)
+        out.mkdir(exist_ok=True)
+
+    both()
+    both()
+    assert len(calls.argvs) == 2  # nothing changed: both reused
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"\1" * 4096)  # same path, same size, other weights
+    both()
+    assert calls.argvs[-1] == ["eval", "--model", str(model)] and len(calls.argvs) == 3  # the eval only
+    kept.write_text('{"episode": 2}\n')  # other SFT data at the same path
+    both()
+    assert [a[0] for a in calls.argvs[3:]] == ["train", "eval"]  # the SFT and everything after it

@@ -109,6 +109,8 @@ class Pipeline:
     sft: StageRecipe | None = None
     grpo: StageRecipe | None = None
     seed: int = 0  # the task sample
+    # chat template arguments for every stage's prompts (SFT, evals, GRPO): Qwen3's enable_thinking
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     source: str = ""
 
     @classmethod
@@ -157,7 +159,12 @@ class Pipeline:
             raise ConfigError(f"{path}: eval: {exc}")
         env = dict(tree.get("env") or {})
         EnvConfig.from_any(env)
-        return cls(
+        kwargs = tree.get("chat_template_kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise ConfigError(
+                f"{path}: chat_template_kwargs must be a mapping, e.g. {{enable_thinking: false}}"
+            )
+        pipe = cls(
             output_dir=str(tree["output_dir"]),
             model=str(tree.get("model", cls.model)),
             bank=dict(tree.get("bank") or {}),
@@ -167,8 +174,11 @@ class Pipeline:
             sft=stages["sft"],
             grpo=stages["grpo"],
             seed=int(tree.get("seed", 0)),
+            chat_template_kwargs=dict(kwargs),
             source=str(path),
         )
+        pipe.chat_template_kwargs = template_kwargs(pipe)
+        return pipe
 
 
 # ---------------------------------------------------------------------------- tasks
@@ -241,10 +251,55 @@ def _key(argv: list[str]) -> list[str]:
     return [a for a in argv if a != "--resume"]
 
 
+FULL_HASH_BYTES = 64 * 2**20  # files up to this size are hashed whole
+EDGE_BYTES = 2**20  # of a larger file (weights): its first and last MiB, with its size and mtime
+
+
+def content_digest(path: Path) -> str:
+    """A digest of a file or a whole folder (a model: weights, config, tokenizer, checkpoints).
+
+    Every file's relative path, size and mtime enter it; files up to :data:`FULL_HASH_BYTES`
+    (configs, weight indexes, tokenizers, task files) are hashed whole, larger ones (weights) by
+    their first and last MiB. A model rewritten in place changes its mtime (and almost always
+    its edges), so a stage that read it reruns; the cost stays a few milliseconds per model
+    instead of seconds per GB (numbers in ``benchmarks/RESULTS.md``).
+    """
+    h = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        st = file.stat()
+        name = file.name if file == path else file.relative_to(path).as_posix()
+        h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        with open(file, "rb") as fh:
+            if st.st_size <= FULL_HASH_BYTES:
+                h.update(fh.read())
+            else:
+                h.update(fh.read(EDGE_BYTES))
+                fh.seek(st.st_size - EDGE_BYTES)
+                h.update(fh.read(EDGE_BYTES))
+    return h.hexdigest()[:16]
+
+
+def model_inputs(ref: str) -> list[Path]:
+    """What a stage reading model ``ref`` reads from disk: a local folder or file, or an embedded
+    model's packaged GGUF (its conversion is a function of it). A hub id has no local content
+    before it is downloaded; its name in the arguments is its identity."""
+    from deepanalyze_env.core.models import embedded_gguf
+
+    if ref.startswith("embedded:"):
+        try:
+            folder, filename = embedded_gguf(ref.split(":", 1)[1])
+        except ValueError:
+            return []  # the stage itself says what is wrong
+        return [folder / filename]
+    path = Path(ref)
+    return [path] if path.exists() else []
+
+
 def _digests(inputs: Sequence[Path]) -> dict[str, str]:
-    """Content hashes of a stage's input files: same arguments over changed task files, env
-    config or recipe are different work."""
-    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in inputs if p.is_file()}
+    """Content digests of everything a stage reads: same arguments over changed task files, env
+    config, recipe, SFT data or model (folder) are different work."""
+    return {str(p): content_digest(p) for p in inputs if p.exists()}
 
 
 class Stages:
@@ -394,7 +449,38 @@ def eval_argv(pipe: Pipeline, model: str, tasks: Path, out: Path, config: Path) 
     e = pipe.eval
     argv = ["eval", "--model", model, "--tasks", str(tasks), "--samples", str(e.samples), "--out", str(out)]
     argv += ["--config", str(config), "--max-tokens", str(e.max_tokens), "--temperature", str(e.temperature)]
+    if pipe.chat_template_kwargs:
+        argv += ["--chat-template-kwargs", json.dumps(pipe.chat_template_kwargs, sort_keys=True)]
     return [*argv, "--concurrency", str(e.concurrency)]
+
+
+def template_override(pipe: Pipeline) -> list[str]:
+    if not pipe.chat_template_kwargs:
+        return []
+    return [f"trl.chat_template_kwargs={json.dumps(pipe.chat_template_kwargs, sort_keys=True)}"]
+
+
+def template_kwargs(pipe: Pipeline) -> dict[str, Any]:
+    """The chat template arguments every stage renders prompts with: the pipeline's
+    ``chat_template_kwargs``, else the one its SFT and GRPO recipes set (``trl.chat_template_kwargs``;
+    two different ones are an error), so SFT, the evals and the GRPO rollout see the same prompts."""
+    from deepanalyze_env.trainers.recipes import load_recipe
+
+    if pipe.chat_template_kwargs:
+        return pipe.chat_template_kwargs
+    found = {}
+    for name in ("sft", "grpo"):
+        stage = getattr(pipe, name)
+        if stage is not None:
+            value = load_recipe(stage.recipe, stage.overrides()).trl.get("chat_template_kwargs")
+            if value:
+                found[name] = value
+    if len({json.dumps(v, sort_keys=True) for v in found.values()}) > 1:
+        raise ConfigError(
+            f"{pipe.source}: the sft and grpo recipes set different trl.chat_template_kwargs "
+            f"({found['sft']} vs {found['grpo']}); set the pipeline's chat_template_kwargs for both"
+        )
+    return next(iter(found.values()), {})
 
 
 def headline(eval_dir: Path) -> dict[str, Any]:
@@ -461,7 +547,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
         "dev eval: the starting model",
         eval_argv(pipe, model, files["dev"], out / "eval-base", config),
         out / "eval-base",
-        [files["dev"], config],
+        [files["dev"], config, *model_inputs(model)],
         resumable=True,
         check=eval_gap,
     )
@@ -486,8 +572,9 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
         )
         sft_dir = out / "sft"
         argv = ["train", pipe.sft.recipe, f"output_dir={sft_dir}", f"model={model}"]
-        argv += [f"data=[{reference / 'kept.jsonl'}]", *pipe.sft.overrides()]
-        stages.run("sft", "SFT warm start", argv, sft_dir, [Path(pipe.sft.recipe)])
+        argv += [f"data=[{reference / 'kept.jsonl'}]", *pipe.sft.overrides(), *template_override(pipe)]
+        inputs = [Path(pipe.sft.recipe), reference / "kept.jsonl", *model_inputs(model)]
+        stages.run("sft", "SFT warm start", argv, sft_dir, inputs)
         model = str(sft_dir)
         if pipe.eval.after_sft or pipe.grpo is None:
             argv = eval_argv(pipe, model, files["dev"], out / "eval-sft", config)
@@ -496,7 +583,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
                 "dev eval: after SFT",
                 argv,
                 out / "eval-sft",
-                [files["dev"], config],
+                [files["dev"], config, *model_inputs(model)],
                 resumable=True,
                 check=eval_gap,
             )
@@ -508,15 +595,16 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
         grpo_dir = out / "grpo"
         argv = ["train", pipe.grpo.recipe, f"output_dir={grpo_dir}", f"model={model}"]
         argv += [f"data=[{files['train']}]", f"env={json.dumps(env)}"]
-        argv += pipe.grpo.overrides()
-        stages.run("grpo", "GRPO", argv, grpo_dir, [Path(pipe.grpo.recipe), files["train"]])
+        argv += [*pipe.grpo.overrides(), *template_override(pipe)]
+        inputs = [Path(pipe.grpo.recipe), files["train"], *model_inputs(model)]
+        stages.run("grpo", "GRPO", argv, grpo_dir, inputs)
         model = str(grpo_dir)
         stages.run(
             "eval_grpo",
             "dev eval: after GRPO",
             eval_argv(pipe, model, files["dev"], out / "eval-grpo", config),
             out / "eval-grpo",
-            [files["dev"], config],
+            [files["dev"], config, *model_inputs(model)],
             resumable=True,
             check=eval_gap,
         )
@@ -539,7 +627,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
             "test eval: the last model, once",
             eval_argv(pipe, model, files["test"], out / "eval-test", config),
             out / "eval-test",
-            [files["test"], config],
+            [files["test"], config, *model_inputs(model)],
             resumable=True,
             check=eval_gap,
         )
