@@ -432,3 +432,25 @@ def test_a_model_or_sft_data_rewritten_in_place_reruns_the_stages_that_read_it(t
     kept.write_text('{"episode": 2}\n')  # other SFT data at the same path
     both()
     assert [a[0] for a in calls.argvs[3:]] == ["train", "eval"]  # the SFT and everything after it
+
+
+def test_one_set_of_chat_template_kwargs_reaches_every_stage(tmp_path):
+    from deepanalyze_env.cli.learn import eval_argv, template_override
+
+    shipped = REPO / "recipes" / "learn_cpu.yaml"
+    pipe = Pipeline.load(shipped, ["chat_template_kwargs.enable_thinking=false"])
+    argv = eval_argv(pipe, "m", tmp_path / "dev.jsonl", tmp_path / "e", tmp_path / "env.yaml")
+    assert argv[argv.index("--chat-template-kwargs") + 1] == '{"enable_thinking": false}'
+    assert template_override(pipe) == ['trl.chat_template_kwargs={"enable_thinking": false}']
+    # unset in the pipeline: the recipes' own value, for the evals too
+    pipe = Pipeline.load(shipped, ["grpo.set.trl.chat_template_kwargs.enable_thinking=false"])
+    assert pipe.chat_template_kwargs == {"enable_thinking": False}
+    with pytest.raises(ConfigError, match=r"different trl\.chat_template_kwargs"):
+        Pipeline.load(
+            shipped,
+            [
+                "grpo.set.trl.chat_template_kwargs.enable_thinking=false",
+                "sft.set.trl.chat_template_kwargs.enable_thinking=true",
+            ],
+        )
+    assert Pipeline.load(shipped).chat_template_kwargs == {}

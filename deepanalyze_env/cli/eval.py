@@ -62,6 +62,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--layout", choices=["chat", "continue"], help="prompt layout (see rollout --policy-layout)"
     )
+    p.add_argument(
+        "--chat-template-kwargs",
+        metavar="JSON",
+        help="--model: chat template arguments, as the recipes' trl.chat_template_kwargs "
+        "(e.g. '{\"enable_thinking\": false}' for Qwen3): evaluate prompts as training rendered them",
+    )
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="endpoint API key variable")
     p.add_argument("--trajectories", nargs="+", metavar="FILE", help="scripted: trajectory files")
     p.add_argument("--labels", default="good", help="scripted: trajectory labels to replay (default good)")
@@ -100,8 +106,21 @@ def _policy(args: argparse.Namespace, temperature: float) -> Any:
             max_tokens=args.max_tokens,
             layout=args.layout,
         )
+    template_kwargs = {}
+    if args.chat_template_kwargs:
+        import json
+
+        try:
+            template_kwargs = json.loads(args.chat_template_kwargs)
+        except ValueError as exc:
+            raise UsageError(f"--chat-template-kwargs: not JSON ({exc})")
+        if not isinstance(template_kwargs, dict):
+            raise UsageError(
+                "--chat-template-kwargs: give a JSON object, e.g. '{\"enable_thinking\": false}'"
+            )
     return make_policy(
         "transformers",
+        chat_template_kwargs=template_kwargs,
         model=args.model,
         temperature=temperature,
         max_tokens=args.max_tokens,
@@ -166,7 +185,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "samples": args.samples,
         "labels": labels or None,
         "policy": policy.policy_id,
-        "policy_settings": {"temperature": temperature, "max_tokens": args.max_tokens, "layout": args.layout},
+        "policy_settings": {
+            "temperature": temperature,
+            "max_tokens": args.max_tokens,
+            "layout": args.layout,
+            "chat_template_kwargs": args.chat_template_kwargs,
+        },
         "keep": None,
     }
     try:
