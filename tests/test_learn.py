@@ -423,6 +423,7 @@ def test_a_model_or_sft_data_rewritten_in_place_reruns_the_stages_that_read_it(t
         out.mkdir(exist_ok=True)
 
     both()
+    kept.write_text('{"episode": 1}\n')  # rewritten unchanged, as every learn run rewrites its task files
     both()
     assert len(calls.argvs) == 2  # nothing changed: both reused
     weights = model / "model.safetensors"

@@ -258,22 +258,23 @@ EDGE_BYTES = 2**20  # of a larger file (weights): its first and last MiB, with i
 def content_digest(path: Path) -> str:
     """A digest of a file or a whole folder (a model: weights, config, tokenizer, checkpoints).
 
-    Every file's relative path, size and mtime enter it; files up to :data:`FULL_HASH_BYTES`
-    (configs, weight indexes, tokenizers, task files) are hashed whole, larger ones (weights) by
-    their first and last MiB. A model rewritten in place changes its mtime (and almost always
-    its edges), so a stage that read it reruns; the cost stays a few milliseconds per model
-    instead of seconds per GB (numbers in ``benchmarks/RESULTS.md``).
+    Every file's relative path and size enter it; files up to :data:`FULL_HASH_BYTES` (configs,
+    weight indexes, tokenizers, task files, rewritten by every ``learn`` run) are hashed whole,
+    larger ones (weights) by their mtime and first and last MiB. A model rewritten in place
+    changes its mtime (and almost always its edges), so a stage that read it reruns; the cost
+    stays a few milliseconds per model instead of seconds per GB (``benchmarks/RESULTS.md``).
     """
     h = hashlib.sha256()
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     for file in files:
         st = file.stat()
         name = file.name if file == path else file.relative_to(path).as_posix()
-        h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        h.update(f"{name}\0{st.st_size}\0".encode())
         with open(file, "rb") as fh:
             if st.st_size <= FULL_HASH_BYTES:
-                h.update(fh.read())
+                h.update(fh.read())  # its content is its identity (rewritten unchanged: the same)
             else:
+                h.update(f"{st.st_mtime_ns}\0".encode())
                 h.update(fh.read(EDGE_BYTES))
                 fh.seek(st.st_size - EDGE_BYTES)
                 h.update(fh.read(EDGE_BYTES))
