@@ -340,7 +340,7 @@ class Stages:
         )
         finished = same and previous.get("seconds") is not None
         if not self.stale and finished and (outputs is None or outputs.exists()):
-            console.print(f"reused: {name} (finished earlier with the same arguments)")
+            console.print(f"reused: {name} (finished earlier with the same arguments and inputs)")
             self.seconds[name] = previous["seconds"]
             return
         resume = (
