@@ -244,6 +244,8 @@ def test_pass_at_k_equals_brute_force_over_subsets(n, c, k):
         ([], "give exactly one policy"),
         (["--policy", "scripted", "--model", "m"], "give exactly one policy"),
         (["--policy-base-url", "http://127.0.0.1:9/v1"], "needs --policy-model"),
+        (["--model", "m", "--chat-template-kwargs", "{thinking"], "--chat-template-kwargs: not JSON"),
+        (["--model", "m", "--chat-template-kwargs", "[1]"], "--chat-template-kwargs: give a JSON object"),
     ],
 )
 def test_policy_choice_mistakes_are_one_line_errors(tmp_path, capsys, extra, message):
