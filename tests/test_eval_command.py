@@ -12,6 +12,7 @@ import pytest
 from deepanalyze_env.cli import main
 from deepanalyze_env.core.records import read_records
 from deepanalyze_env.offline.eval_report import pass_at_k
+from rewards.judge.fake_server import Reply
 from tests.test_rollout_command import teacher, write_tasks  # noqa: F401  (teacher is a fixture)
 
 ANALYZE = "<Analyze>look</Analyze>\n"
@@ -121,6 +122,55 @@ def test_openai_compatible_endpoint_as_the_policy(tmp_path: Path, workspace_root
     assert manifest["policy_settings"]["temperature"] == 1.0  # k > 1 samples at temperature 1 by default
 
 
+def test_an_episode_whose_job_raises_counts_as_a_failure_until_resumed(
+    tmp_path: Path,
+    workspace_root: Path,
+    teacher,  # noqa: F811
+):
+    """A real endpoint that answers HTTP 400 to one task: that job raises and leaves no record. The
+    report is still over both planned episodes (the missing one is a failed gate), and --resume
+    runs only the missing one."""
+    from deepanalyze_env.offline.rollout import episode_id
+
+    teacher.script(Reply(status=400, raw_body='{"error": {"message": "boom"}}'), match="(task 1)")
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 2, method="qa_plain")
+    out = tmp_path / "eval"
+    args = ["eval", "--policy-base-url", teacher.url, "--policy-model", "teacher-m"]
+    args += ["--tasks", str(tasks), "--workspace-root", str(workspace_root), "--out", str(out)]
+    assert main(args) == 1
+    assert len(read_records(out / "episodes.jsonl")) == 1  # only t0 finished
+    report = json.loads((out / "report.json").read_text())
+    assert report["episodes"] == {
+        "planned": 2,
+        "finished": 1,
+        "missing": 1,
+        "missing_tasks": ["t1"],
+        "unplanned": 0,
+        "tasks": ["t0", "t1"],
+    }
+    o = report["overall"]
+    # t0: reward 1, gate passed, correct; t1 missing: -1, gate failed, accuracy 0
+    assert (o["episodes"], o["finished"], o["missing"]) == (2, 1, 1)
+    assert o["reward_mean"] == pytest.approx(0.0) and o["format_gate_pass_rate"] == pytest.approx(0.5)
+    assert o["pass_at"]["1"] == {"value": pytest.approx(0.5), "tasks": 2}
+    assert o["status_rates"] == {"missing": 0.5, "scored": 0.5}
+    assert o["turns_mean"] == pytest.approx(2.0)  # over the finished episode only
+    assert "planned 2, finished 1, missing 1 (tasks t1" in (out / "report.md").read_text()
+    assert main(["stats", str(out)]) == 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert (stats["episodes"], stats["planned_episodes"], stats["missing_episodes"]) == (1, 2, 1)
+
+    teacher.rules.pop()  # the endpoint recovers
+    teacher.calls = 0
+    assert main([*args, "--resume"]) == 0
+    run_id = json.loads((out / "run.json").read_text())["run_id"]
+    records = read_records(out / "episodes.jsonl")
+    assert [r["episode_id"] for r in records] == [episode_id(run_id, t, 0) for t in range(2)]
+    assert teacher.calls == 2  # t1's two turns; t0 was not run again
+    report = json.loads((out / "report.json").read_text())
+    assert report["episodes"]["missing"] == 0 and report["overall"]["reward_mean"] == 1.0
+
+
 def test_embedded_model_is_evaluated_through_the_env(tmp_path: Path, workspace_root: Path):
     pytest.importorskip("transformers")
     tasks = write_tasks(tmp_path / "tasks.jsonl", 1, method="qa_plain")
@@ -194,6 +244,8 @@ def test_pass_at_k_equals_brute_force_over_subsets(n, c, k):
         ([], "give exactly one policy"),
         (["--policy", "scripted", "--model", "m"], "give exactly one policy"),
         (["--policy-base-url", "http://127.0.0.1:9/v1"], "needs --policy-model"),
+        (["--model", "m", "--chat-template-kwargs", "{thinking"], "--chat-template-kwargs: not JSON"),
+        (["--model", "m", "--chat-template-kwargs", "[1]"], "--chat-template-kwargs: give a JSON object"),
     ],
 )
 def test_policy_choice_mistakes_are_one_line_errors(tmp_path, capsys, extra, message):

@@ -121,24 +121,51 @@ def test_tiny_pipeline_runs_every_stage_and_a_rerun_reuses_them(tmp_path):
     stages = json.loads((out / "stages.json").read_text())
     assert {"eval_base", "reference", "sft", "eval_sft", "grpo", "eval_grpo"} <= set(stages)
 
+    # every model folder and file a stage reads is part of its identity
+    assert str(out / "reference" / "kept.jsonl") in stages["sft"]["inputs"]
+    assert str(out / "sft") in stages["eval_sft"]["inputs"] and str(out / "sft") in stages["grpo"]["inputs"]
+    assert str(out / "grpo") in stages["eval_grpo"]["inputs"]
+    assert any(k.endswith(".gguf") for k in stages["eval_base"]["inputs"])  # embedded:smollm2's weights
+
     weights = (out / "grpo" / "model.safetensors").stat().st_mtime_ns
     assert main(["learn", pipe, *overrides]) == 0  # nothing changed: every stage is reused
     assert (out / "grpo" / "model.safetensors").stat().st_mtime_ns == weights
     assert json.loads((out / "stages.json").read_text()) == stages
 
+    # the GRPO model rewritten in place (same path, same size, other weights): its eval reruns
+    from safetensors.torch import load_file, save_file
+
+    path = out / "grpo" / "model.safetensors"
+    tensors = load_file(path)
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] * 0.5
+    save_file(tensors, path, metadata={"format": "pt"})
+    run_id = json.loads((out / "eval-grpo" / "run.json").read_text())["run_id"]
+    assert main(["learn", pipe, *overrides]) == 0
+    again = json.loads((out / "stages.json").read_text())
+    assert {k: again[k] for k in again if k != "eval_grpo"} == {
+        k: stages[k] for k in stages if k != "eval_grpo"
+    }
+    assert again["eval_grpo"]["inputs"][str(out / "grpo")] != stages["eval_grpo"]["inputs"][str(out / "grpo")]
+    assert json.loads((out / "eval-grpo" / "run.json").read_text())["run_id"] != run_id  # a new eval
+
 
 class _Calls:
     """Stands in for the stage subprocess (the real one runs in the tiny pipeline test): records
-    each stage's arguments and exits 0, so the reuse/resume/clean decisions can be read directly."""
+    each stage's arguments and exits 0 — or, when ``script`` holds actions, runs the next one
+    (it writes what the command would have left and returns its exit code) — so the reuse,
+    resume and clean decisions can be read directly."""
 
     def __init__(self):
         self.argvs: list[list[str]] = []
+        self.script: list = []
 
     def __call__(self, cmd, check=False):
         import subprocess
 
         self.argvs.append(cmd[3:])  # after: python -m deepanalyze_env.cli
-        return subprocess.CompletedProcess(cmd, 0)
+        code = self.script.pop(0)(cmd[3:]) if self.script else 0
+        return subprocess.CompletedProcess(cmd, code)
 
 
 @pytest.fixture
@@ -241,3 +268,190 @@ def test_stage_overrides_keep_their_types_through_the_command_line(tmp_path):
 
     stage = StageRecipe("r.yaml", {"a": True, "b": [1, 2], "c": "text", "d": 2e-4, "e": None})
     assert stage.overrides() == ["a=true", "b=[1, 2]", "c=text", "d=0.0002", "e=null"]
+
+
+def _stage_eval(folder: Path, rewards: dict[str, float], planned: list[str]) -> None:
+    """An eval folder as ``eval`` leaves it: records of the finished episodes, the plan of every
+    episode, and the report ``eval`` writes from them."""
+    from deepanalyze_env.cli.eval import write_report
+
+    folder.mkdir(parents=True)
+    spec = {"method": "qa_plain", "ground_truth": "B"}
+    lines = [
+        {
+            "episode_id": f"e-{task}",
+            "task_id": task,
+            "reward_spec": spec,
+            "reward": reward,
+            "reward_status": "scored",
+            "format_ok": True,
+            "reward_components": {"qa_accuracy": float(reward == 1.0)},
+            "termination": "answer",
+            "turns": 1,
+            "messages": [],
+        }
+        for task, reward in rewards.items()
+    ]
+    (folder / "episodes.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    plan = {"episodes": [{"episode_id": f"e-{t}", "task_id": t} for t in planned], "reward_specs": {}}
+    plan["reward_specs"] = {t: spec for t in planned}
+    (folder / "planned.json").write_text(json.dumps(plan))
+    write_report(folder, 1)
+
+
+def test_missing_episodes_count_as_failures_and_unpaired_tasks_are_named(tmp_path):
+    from deepanalyze_env.cli.learn import compare_stages, coverage, headline, markdown
+
+    _stage_eval(tmp_path / "eval-base", {"t1": 1.0, "t2": 0.0}, ["t1", "t2", "t3"])  # t3 raised
+    _stage_eval(tmp_path / "eval-sft", {"t1": 1.0, "t2": 1.0}, ["t1", "t2"])  # t3 never planned
+    base = headline(tmp_path / "eval-base")
+    # over the 3 planned: rewards 1, 0 and -1 (missing); gate 1, 1, 0; correct 1, 0, 0
+    assert base["reward_mean"] == pytest.approx(0.0)
+    assert base["format_gate_pass_rate"] == pytest.approx(2 / 3)
+    assert base["accuracy"] == pytest.approx(1 / 3)
+    assert (base["planned"], base["finished"], base["missing"], base["missing_tasks"]) == (3, 2, 1, ["t3"])
+    dev = {"base": base, "sft": headline(tmp_path / "eval-sft")}
+    cov = coverage(dev)
+    assert cov == {"same_tasks": False, "tasks": 3, "lacking": {"sft": ["t3"]}}
+    comparisons = compare_stages(tmp_path, ["base", "sft"])
+    pair = comparisons["base->sft"]
+    assert pair["only_in_a"] == ["t3"] and pair["only_in_b"] == []
+    assert pair["reward"]["tasks"] == 2 and pair["reward"]["mean_diff"] == pytest.approx(0.5)
+    summary = {
+        "dev": dev,
+        "test": None,
+        "coverage": cov,
+        "comparisons": comparisons,
+        "seconds": {"total": 1.0},
+    }
+    md = markdown(summary)
+    assert "NOT COMPARABLE" in md and "sft lacks ['t3']" in md
+    assert "UNPAIRED tasks left out: only earlier ['t3']" in md
+    assert "base: 1 of 3 planned episodes did not finish (tasks t3)" in md
+    assert "| base | 2/3 |" in md and "| sft | 2/2 |" in md
+
+
+def _report(out: Path, missing: int, planned: int = 3) -> int:
+    """What ``eval`` leaves: a run folder and a report over its planned episodes; exit 1 when
+    some did not finish (as ``eval`` does)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "run.json").write_text("{}")
+    counts = {"planned": planned, "finished": planned - missing, "missing": missing}
+    (out / "report.json").write_text(json.dumps({"episodes": counts}))
+    return 1 if missing else 0
+
+
+def test_an_eval_with_missing_episodes_is_resumed_not_recorded_as_done(tmp_path, calls, capsys):
+    from deepanalyze_env.cli.learn import Stages, eval_gap
+
+    out = tmp_path / "eval"
+    argv = ["eval", "--out", str(out)]
+    calls.script = [lambda a: _report(out, missing=1), lambda a: _report(out, missing=0)]
+    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, resumable=True, check=eval_gap)
+    assert calls.argvs == [argv, [*argv, "--resume"]]
+    assert (
+        "stage eval is incomplete (1 of 3 planned episodes did not finish): resuming"
+        in capsys.readouterr().out
+    )
+    saved = json.loads((tmp_path / "stages.json").read_text())["eval"]
+    assert saved["seconds"] is not None and "incomplete" not in saved
+
+
+def test_an_eval_still_missing_episodes_stays_not_done_and_the_next_run_resumes_it(tmp_path, calls):
+    from deepanalyze_env.cli.learn import Stages, eval_gap
+
+    out = tmp_path / "eval"
+    argv = ["eval", "--out", str(out)]
+    calls.script = [lambda a: _report(out, missing=2), lambda a: _report(out, missing=1)]
+    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, resumable=True, check=eval_gap)
+    saved = json.loads((tmp_path / "stages.json").read_text())["eval"]
+    assert saved["seconds"] is None and saved["incomplete"] == "1 of 3 planned episodes did not finish"
+    calls.script = [lambda a: _report(out, missing=0)]
+    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, resumable=True, check=eval_gap)
+    assert calls.argvs[-1] == [*argv, "--resume"] and len(calls.argvs) == 3  # resumed, not reused
+    assert json.loads((tmp_path / "stages.json").read_text())["eval"]["seconds"] is not None
+
+
+def test_a_crashed_eval_is_rerun_in_a_clean_folder_and_a_second_crash_is_an_error(tmp_path, calls, capsys):
+    from deepanalyze_env.cli.common import UsageError
+    from deepanalyze_env.cli.learn import Stages, eval_gap
+
+    out = tmp_path / "eval"
+    argv = ["eval", "--out", str(out)]
+
+    def crash_before_any_run(a):
+        out.mkdir(exist_ok=True)
+        (out / "stray.log").write_text("x")
+        return 1  # an uncaught exception: no run.json, no report
+
+    calls.script = [crash_before_any_run, lambda a: _report(out, missing=0)]
+    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, resumable=True, check=eval_gap)
+    assert calls.argvs == [argv, argv] and not (out / "stray.log").exists()
+    assert "did not start a run (it wrote no report: it crashed): rerunning it in a clean folder" in (
+        capsys.readouterr().out
+    )
+
+    def crash_after_some_episodes(a):
+        out.mkdir(exist_ok=True)
+        (out / "run.json").write_text("{}")
+        (out / "report.json").unlink(missing_ok=True)
+        return 1
+
+    calls.script = [crash_after_some_episodes, crash_after_some_episodes]
+    with pytest.raises(UsageError, match="stage eval failed \\(it wrote no report: it crashed\\)"):
+        Stages(tmp_path, fresh=True).run("eval", "t", argv, out, resumable=True, check=eval_gap)
+    assert calls.argvs[-1] == [*argv, "--resume"]  # the second try resumed the run it had started
+    saved = json.loads((tmp_path / "stages.json").read_text())["eval"]
+    assert saved["seconds"] is None and "crashed" in saved["incomplete"]
+
+
+def test_a_model_or_sft_data_rewritten_in_place_reruns_the_stages_that_read_it(tmp_path, calls):
+    from deepanalyze_env.cli.learn import Stages
+
+    model, kept = tmp_path / "sft", tmp_path / "kept.jsonl"
+    kept.write_text('{"episode": 1}\n')
+    out = tmp_path / "eval"
+
+    def both():
+        stages = Stages(tmp_path, fresh=False)
+        stages.run("sft", "t", ["train", "r"], model, [kept])
+        if not model.exists():  # what the train command leaves
+            model.mkdir()
+            (model / "model.safetensors").write_bytes(b"\0" * 4096)
+            (model / "config.json").write_text("{}")
+        stages.run("eval", "t", ["eval", "--model", str(model)], out, [model], resumable=True)
+        out.mkdir(exist_ok=True)
+
+    both()
+    kept.write_text('{"episode": 1}\n')  # rewritten unchanged, as every learn run rewrites its task files
+    both()
+    assert len(calls.argvs) == 2  # nothing changed: both reused
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"\1" * 4096)  # same path, same size, other weights
+    both()
+    assert calls.argvs[-1] == ["eval", "--model", str(model)] and len(calls.argvs) == 3  # the eval only
+    kept.write_text('{"episode": 2}\n')  # other SFT data at the same path
+    both()
+    assert [a[0] for a in calls.argvs[3:]] == ["train", "eval"]  # the SFT and everything after it
+
+
+def test_one_set_of_chat_template_kwargs_reaches_every_stage(tmp_path):
+    from deepanalyze_env.cli.learn import eval_argv, template_override
+
+    shipped = REPO / "recipes" / "learn_cpu.yaml"
+    pipe = Pipeline.load(shipped, ["chat_template_kwargs.enable_thinking=false"])
+    argv = eval_argv(pipe, "m", tmp_path / "dev.jsonl", tmp_path / "e", tmp_path / "env.yaml")
+    assert argv[argv.index("--chat-template-kwargs") + 1] == '{"enable_thinking": false}'
+    assert template_override(pipe) == ['trl.chat_template_kwargs={"enable_thinking": false}']
+    # unset in the pipeline: the recipes' own value, for the evals too
+    pipe = Pipeline.load(shipped, ["grpo.set.trl.chat_template_kwargs.enable_thinking=false"])
+    assert pipe.chat_template_kwargs == {"enable_thinking": False}
+    with pytest.raises(ConfigError, match=r"different trl\.chat_template_kwargs"):
+        Pipeline.load(
+            shipped,
+            [
+                "grpo.set.trl.chat_template_kwargs.enable_thinking=false",
+                "sft.set.trl.chat_template_kwargs.enable_thinking=true",
+            ],
+        )
+    assert Pipeline.load(shipped).chat_template_kwargs == {}

@@ -62,6 +62,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--layout", choices=["chat", "continue"], help="prompt layout (see rollout --policy-layout)"
     )
+    p.add_argument(
+        "--chat-template-kwargs",
+        metavar="JSON",
+        help="--model: chat template arguments, as the recipes' trl.chat_template_kwargs "
+        "(e.g. '{\"enable_thinking\": false}' for Qwen3): evaluate prompts as training rendered them",
+    )
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="endpoint API key variable")
     p.add_argument("--trajectories", nargs="+", metavar="FILE", help="scripted: trajectory files")
     p.add_argument("--labels", default="good", help="scripted: trajectory labels to replay (default good)")
@@ -100,8 +106,21 @@ def _policy(args: argparse.Namespace, temperature: float) -> Any:
             max_tokens=args.max_tokens,
             layout=args.layout,
         )
+    template_kwargs = {}
+    if args.chat_template_kwargs:
+        import json
+
+        try:
+            template_kwargs = json.loads(args.chat_template_kwargs)
+        except ValueError as exc:
+            raise UsageError(f"--chat-template-kwargs: not JSON ({exc})")
+        if not isinstance(template_kwargs, dict):
+            raise UsageError(
+                "--chat-template-kwargs: give a JSON object, e.g. '{\"enable_thinking\": false}'"
+            )
     return make_policy(
         "transformers",
+        chat_template_kwargs=template_kwargs,
         model=args.model,
         temperature=temperature,
         max_tokens=args.max_tokens,
@@ -166,7 +185,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "samples": args.samples,
         "labels": labels or None,
         "policy": policy.policy_id,
-        "policy_settings": {"temperature": temperature, "max_tokens": args.max_tokens, "layout": args.layout},
+        "policy_settings": {
+            "temperature": temperature,
+            "max_tokens": args.max_tokens,
+            "layout": args.layout,
+            "chat_template_kwargs": args.chat_template_kwargs,
+        },
         "keep": None,
     }
     try:
@@ -178,6 +202,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     jobs = plan_jobs(rows, run.run_id, args.samples, labels_for)
     if not jobs:
         raise UsageError("no episodes to run: no scripted trajectory matches these tasks and labels")
+    run.write_plan(jobs)  # before any episode: one that raises leaves no record, the plan counts it
     try:
         pending = set(run.pending([job.episode_id for job in jobs]))
     except RunDirError as exc:
@@ -210,8 +235,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         first = next((r for r in results if not r.finished), None)
         console.print(
             f"[red]{missing} of {len(jobs)} episodes did not finish[/red] (first: "
-            f"{first.task_id if first else '?'}: {first.error if first else '?'}); the report leaves them "
-            "out; rerun with --resume to run them",
+            f"{first.task_id if first else '?'}: {first.error if first else '?'}); the report counts each "
+            "as a failed gate (reward -1, accuracy 0); rerun with --resume to run them",
             highlight=False,
         )
         return 1
@@ -223,20 +248,25 @@ def write_report(
 ) -> dict[str, Any]:
     import json
 
-    from deepanalyze_env.core.records import load_run
     from deepanalyze_env.offline.eval_report import (
         TASKS_FILE,
         build_report,
+        load_eval,
         plot_report,
         report_markdown,
         write_json,
     )
 
-    records = load_run(folder).records
+    records, counts = load_eval(folder)
     tasks_path = folder / TASKS_FILE
     tasks = json.loads(tasks_path.read_text()) if tasks_path.is_file() else {}
     report = build_report(
-        records, tasks, samples_per_task, accuracy_override=accuracy_component, threshold=threshold
+        records,
+        tasks,
+        samples_per_task,
+        accuracy_override=accuracy_component,
+        threshold=threshold,
+        counts=counts,
     )
     report["folder"] = str(folder)
     write_json(folder / "report.json", report)
@@ -246,7 +276,7 @@ def write_report(
 
 
 def print_report(report: dict[str, Any], title: str) -> None:
-    from deepanalyze_env.offline.eval_report import fmt
+    from deepanalyze_env.offline.eval_report import episode_line, episodes_cell, fmt
 
     ks = report["pass_at_ks"]
     table = Table(title=f"eval {title}", title_justify="left")
@@ -258,7 +288,7 @@ def print_report(report: dict[str, Any], title: str) -> None:
     for name, s in rows:
         table.add_row(
             name,
-            str(s["episodes"]),
+            episodes_cell(s),
             fmt(s["reward_mean"], True),
             fmt(s["reward_ci95"], True),
             fmt(s["format_gate_pass_rate"]),
@@ -266,6 +296,7 @@ def print_report(report: dict[str, Any], title: str) -> None:
             fmt(s["turns_mean"]),
         )
     console.print(table)
+    console.print(episode_line(report["episodes"]), highlight=False)
     o = report["overall"]
     console.print(
         "status: "
@@ -278,11 +309,11 @@ def print_report(report: dict[str, Any], title: str) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from deepanalyze_env.core.records import load_run
     from deepanalyze_env.offline.eval_report import (
         compare_markdown,
         compare_runs,
         fmt,
+        load_eval,
         plot_compare,
         write_json,
     )
@@ -293,7 +324,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not folder.is_dir():
             raise UsageError(f"--compare: no such eval folder {folder}")
         try:
-            records = load_run(folder).records
+            records, _ = load_eval(folder)
         except ValueError as exc:
             raise UsageError(f"--compare {folder}: {exc}")
         if not records:
@@ -320,6 +351,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             str(m["ties"]),
         )
     console.print(table)
+    if result["only_in_a"] or result["only_in_b"]:
+        console.print(
+            f"[yellow]unpaired tasks[/yellow] (not in the differences): only in A {result['only_in_a']}, "
+            f"only in B {result['only_in_b']}",
+            highlight=False,
+        )
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,13 @@ of each, and ``stages.json`` makes the chain reproducible by hand.
 
 Resume: a finished stage is recorded in ``stages.json`` with its arguments; rerunning the
 pipeline reuses it when the arguments are unchanged, and reruns it and every later stage when
-they differ (``--fresh`` reruns everything). Evals resume episode by episode.
+they differ (``--fresh`` reruns everything). Evals resume episode by episode. A stage is done only
+when it is complete: an eval that wrote its report with no planned episode missing, a rollout
+whose ``episodes.jsonl`` holds every planned episode. An incomplete one is tried once more at
+once (``--resume`` when it left a run folder, else in a clean folder); if it is still incomplete
+it is recorded as not done (``incomplete`` in ``stages.json``, so the next run resumes it), and
+the pipeline goes on only when what it left is readable (an eval's report, which counts the
+missing episodes as failures), else it stops with the stage named.
 
 Output: ``learn.json`` (per-stage dev metrics, stage seconds, paired comparisons, GRPO steps),
 ``learn.md`` (the before/after table) and ``learn.png`` (the curve).
@@ -37,7 +43,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -103,6 +109,8 @@ class Pipeline:
     sft: StageRecipe | None = None
     grpo: StageRecipe | None = None
     seed: int = 0  # the task sample
+    # chat template arguments for every stage's prompts (SFT, evals, GRPO): Qwen3's enable_thinking
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     source: str = ""
 
     @classmethod
@@ -151,7 +159,12 @@ class Pipeline:
             raise ConfigError(f"{path}: eval: {exc}")
         env = dict(tree.get("env") or {})
         EnvConfig.from_any(env)
-        return cls(
+        kwargs = tree.get("chat_template_kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise ConfigError(
+                f"{path}: chat_template_kwargs must be a mapping, e.g. {{enable_thinking: false}}"
+            )
+        pipe = cls(
             output_dir=str(tree["output_dir"]),
             model=str(tree.get("model", cls.model)),
             bank=dict(tree.get("bank") or {}),
@@ -161,8 +174,11 @@ class Pipeline:
             sft=stages["sft"],
             grpo=stages["grpo"],
             seed=int(tree.get("seed", 0)),
+            chat_template_kwargs=dict(kwargs),
             source=str(path),
         )
+        pipe.chat_template_kwargs = template_kwargs(pipe)
+        return pipe
 
 
 # ---------------------------------------------------------------------------- tasks
@@ -235,10 +251,56 @@ def _key(argv: list[str]) -> list[str]:
     return [a for a in argv if a != "--resume"]
 
 
+FULL_HASH_BYTES = 64 * 2**20  # files up to this size are hashed whole
+EDGE_BYTES = 2**20  # of a larger file (weights): its first and last MiB, with its size and mtime
+
+
+def content_digest(path: Path) -> str:
+    """A digest of a file or a whole folder (a model: weights, config, tokenizer, checkpoints).
+
+    Every file's relative path and size enter it; files up to :data:`FULL_HASH_BYTES` (configs,
+    weight indexes, tokenizers, task files, rewritten by every ``learn`` run) are hashed whole,
+    larger ones (weights) by their mtime and first and last MiB. A model rewritten in place
+    changes its mtime (and almost always its edges), so a stage that read it reruns; the cost
+    stays a few milliseconds per model instead of seconds per GB (``benchmarks/RESULTS.md``).
+    """
+    h = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        st = file.stat()
+        name = file.name if file == path else file.relative_to(path).as_posix()
+        h.update(f"{name}\0{st.st_size}\0".encode())
+        with open(file, "rb") as fh:
+            if st.st_size <= FULL_HASH_BYTES:
+                h.update(fh.read())  # its content is its identity (rewritten unchanged: the same)
+            else:
+                h.update(f"{st.st_mtime_ns}\0".encode())
+                h.update(fh.read(EDGE_BYTES))
+                fh.seek(st.st_size - EDGE_BYTES)
+                h.update(fh.read(EDGE_BYTES))
+    return h.hexdigest()[:16]
+
+
+def model_inputs(ref: str) -> list[Path]:
+    """What a stage reading model ``ref`` reads from disk: a local folder or file, or an embedded
+    model's packaged GGUF (its conversion is a function of it). A hub id has no local content
+    before it is downloaded; its name in the arguments is its identity."""
+    from deepanalyze_env.core.models import embedded_gguf
+
+    if ref.startswith("embedded:"):
+        try:
+            folder, filename = embedded_gguf(ref.split(":", 1)[1])
+        except ValueError:
+            return []  # the stage itself says what is wrong
+        return [folder / filename]
+    path = Path(ref)
+    return [path] if path.exists() else []
+
+
 def _digests(inputs: Sequence[Path]) -> dict[str, str]:
-    """Content hashes of a stage's input files: same arguments over changed task files, env
-    config or recipe are different work."""
-    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in inputs if p.is_file()}
+    """Content digests of everything a stage reads: same arguments over changed task files, env
+    config, recipe, SFT data or model (folder) are different work."""
+    return {str(p): content_digest(p) for p in inputs if p.exists()}
 
 
 class Stages:
@@ -266,6 +328,7 @@ class Stages:
         outputs: Path | None = None,
         inputs: Sequence[Path] = (),
         resumable: bool = False,
+        check: Callable[[Path, float], Gap | None] | None = None,
     ) -> None:
         console.print(Rule(f"[bold]{title}[/bold]"))
         digests = _digests(inputs)
@@ -277,7 +340,7 @@ class Stages:
         )
         finished = same and previous.get("seconds") is not None
         if not self.stale and finished and (outputs is None or outputs.exists()):
-            console.print(f"reused: {name} (finished earlier with the same arguments)")
+            console.print(f"reused: {name} (finished earlier with the same arguments and inputs)")
             self.seconds[name] = previous["seconds"]
             return
         resume = (
@@ -288,38 +351,167 @@ class Stages:
             shutil.rmtree(outputs)  # another stage's arguments, inputs or model made it: start clean
         if resume:
             argv = [*argv, "--resume"]
-        console.print("deepanalyze-rl " + " ".join(argv), style="dim", markup=False, highlight=False)
+            console.print(f"resuming: {name} (started earlier with the same identity, not complete)")
         self.done[name] = {"argv": _key(argv), "inputs": digests, "seconds": None}  # started
-        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
+        self._save()
         start = time.monotonic()
+        gap = self._execute(argv, outputs, check)
+        if gap is not None and resumable and outputs is not None:
+            # an incomplete or crashed stage is not done: one more try, resuming what it has
+            if (outputs / "run.json").is_file():
+                console.print(
+                    f"[yellow]stage {name} is incomplete[/yellow] ({gap.reason}): resuming its missing "
+                    "episodes (--resume)",
+                    highlight=False,
+                )
+                argv = argv if "--resume" in argv else [*argv, "--resume"]
+            else:
+                console.print(
+                    f"[yellow]stage {name} did not start a run[/yellow] ({gap.reason}): rerunning it in a "
+                    "clean folder",
+                    highlight=False,
+                )
+                if outputs.exists():
+                    shutil.rmtree(outputs)
+            gap = self._execute(argv, outputs, check)
+        seconds = round(time.monotonic() - start, 1)
+        self.seconds[name] = seconds
+        if gap is None:
+            self.done[name]["seconds"] = seconds
+            self._save()
+            return
+        # still incomplete: not recorded as done, so the next ``learn`` resumes it
+        self.done[name]["incomplete"] = gap.reason
+        self._save()
+        if not gap.usable:
+            raise UsageError(f"stage {name} failed ({gap.reason}): deepanalyze-rl {' '.join(argv)}")
+        console.print(
+            f"[red]stage {name} is still incomplete[/red] ({gap.reason}); its figures count what is "
+            "missing as failures, and the next learn run resumes it",
+            highlight=False,
+        )
+
+    def _save(self) -> None:
+        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
+
+    def _execute(
+        self, argv: list[str], outputs: Path | None, check: Callable[[Path, float], Gap | None] | None
+    ) -> Gap | None:
+        """Run the stage's command once; what is missing from its result, or None when complete."""
+        console.print("deepanalyze-rl " + " ".join(argv), style="dim", markup=False, highlight=False)
+        since = time.time()
         # its own process: every stage loads a model, and memory a finished stage held (a trainer,
         # an eval policy) goes back to the system before the next one starts
         code = subprocess.run([sys.executable, "-m", "deepanalyze_env.cli", *argv], check=False).returncode
-        seconds = round(time.monotonic() - start, 1)
-        if code not in (0, 1) or (code == 1 and argv[0] != "eval"):
-            raise UsageError(f"stage {name} failed (exit code {code}): deepanalyze-rl {' '.join(argv)}")
-        self.seconds[name] = seconds
-        self.done[name]["seconds"] = seconds
-        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
+        if check is not None and outputs is not None:
+            gap = check(outputs, since)
+            if gap is not None or code == 0:
+                return gap
+        if code != 0:
+            return Gap(f"exit code {code}", usable=False)
+        return None
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Why a stage is not complete, and whether what it left can still be read (an eval's report
+    over its planned episodes, missing ones counted as failures)."""
+
+    reason: str
+    usable: bool
+
+
+def eval_gap(folder: Path, since: float) -> Gap | None:
+    """An eval is complete when it wrote its report in this run and no planned episode is missing."""
+    report = folder / "report.json"
+    if not report.is_file() or report.stat().st_mtime < since:
+        return Gap("it wrote no report: it crashed", usable=False)
+    counts = json.loads(report.read_text()).get("episodes") or {}
+    if counts.get("missing"):
+        return Gap(f"{counts['missing']} of {counts['planned']} planned episodes did not finish", usable=True)
+    return None
+
+
+def rollout_gap(folder: Path, since: float) -> Gap | None:
+    """A rollout is complete when it rebuilt ``episodes.jsonl`` in this run with every planned
+    episode in it (the SFT data of a partial reference run is what it kept, and says so)."""
+    from deepanalyze_env.offline.eval_report import load_eval
+
+    episodes = folder / "episodes.jsonl"
+    if not episodes.is_file() or episodes.stat().st_mtime < since:
+        return Gap("it wrote no episodes.jsonl: it crashed", usable=False)
+    counts = load_eval(folder)[1]
+    if counts.get("missing"):
+        return Gap(f"{counts['missing']} of {counts['planned']} planned episodes did not finish", usable=True)
+    return None
 
 
 def eval_argv(pipe: Pipeline, model: str, tasks: Path, out: Path, config: Path) -> list[str]:
     e = pipe.eval
     argv = ["eval", "--model", model, "--tasks", str(tasks), "--samples", str(e.samples), "--out", str(out)]
     argv += ["--config", str(config), "--max-tokens", str(e.max_tokens), "--temperature", str(e.temperature)]
+    if pipe.chat_template_kwargs:
+        argv += ["--chat-template-kwargs", json.dumps(pipe.chat_template_kwargs, sort_keys=True)]
     return [*argv, "--concurrency", str(e.concurrency)]
 
 
+def template_override(pipe: Pipeline) -> list[str]:
+    if not pipe.chat_template_kwargs:
+        return []
+    return [f"trl.chat_template_kwargs={json.dumps(pipe.chat_template_kwargs, sort_keys=True)}"]
+
+
+def template_kwargs(pipe: Pipeline) -> dict[str, Any]:
+    """The chat template arguments every stage renders prompts with: the pipeline's
+    ``chat_template_kwargs``, else the one its SFT and GRPO recipes set (``trl.chat_template_kwargs``;
+    two different ones are an error), so SFT, the evals and the GRPO rollout see the same prompts."""
+    from deepanalyze_env.trainers.recipes import load_recipe
+
+    if pipe.chat_template_kwargs:
+        return pipe.chat_template_kwargs
+    found = {}
+    for name in ("sft", "grpo"):
+        stage = getattr(pipe, name)
+        if stage is not None:
+            value = load_recipe(stage.recipe, stage.overrides()).trl.get("chat_template_kwargs")
+            if value:
+                found[name] = value
+    if len({json.dumps(v, sort_keys=True) for v in found.values()}) > 1:
+        raise ConfigError(
+            f"{pipe.source}: the sft and grpo recipes set different trl.chat_template_kwargs "
+            f"({found['sft']} vs {found['grpo']}); set the pipeline's chat_template_kwargs for both"
+        )
+    return next(iter(found.values()), {})
+
+
 def headline(eval_dir: Path) -> dict[str, Any]:
-    overall = json.loads((eval_dir / "report.json").read_text())["overall"]
+    """A stage's dev figures, over its planned episodes (a missing one counts as a failed gate;
+    ``planned``/``finished``/``missing`` say how many there were)."""
+    report = json.loads((eval_dir / "report.json").read_text())
+    overall = report["overall"]
+    counts = report.get("episodes") or {}
     return {
         "reward_mean": overall["reward_mean"],
         "reward_ci95": overall["reward_ci95"],
         "format_gate_pass_rate": overall["format_gate_pass_rate"],
         "accuracy": overall["pass_at"]["1"]["value"] if "1" in overall.get("pass_at", {}) else None,
         "episodes": overall["episodes"],
+        "planned": counts.get("planned"),
+        "finished": counts.get("finished", overall["episodes"]),
+        "missing": counts.get("missing"),
+        "missing_tasks": counts.get("missing_tasks", []),
+        "task_ids": counts.get("tasks", []),
         "status_rates": overall["status_rates"],
     }
+
+
+def coverage(dev: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Whether every stage's figures are over the same tasks (the before/after table is only a
+    comparison if they are); otherwise which tasks each stage lacks or adds."""
+    sets = {stage: set(m.get("task_ids") or []) for stage, m in dev.items()}
+    union = set().union(*sets.values()) if sets else set()
+    lacking = {stage: sorted(union - s) for stage, s in sets.items() if union - s}
+    return {"same_tasks": not lacking, "tasks": len(union), "lacking": lacking}
 
 
 def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
@@ -356,8 +548,9 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
         "dev eval: the starting model",
         eval_argv(pipe, model, files["dev"], out / "eval-base", config),
         out / "eval-base",
-        [files["dev"], config],
+        [files["dev"], config, *model_inputs(model)],
         resumable=True,
+        check=eval_gap,
     )
     dev["base"] = headline(out / "eval-base")
 
@@ -376,11 +569,13 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
             reference,
             [files["train"], config, bank / "trajectories.jsonl"],
             resumable=True,
+            check=rollout_gap,
         )
         sft_dir = out / "sft"
         argv = ["train", pipe.sft.recipe, f"output_dir={sft_dir}", f"model={model}"]
-        argv += [f"data=[{reference / 'kept.jsonl'}]", *pipe.sft.overrides()]
-        stages.run("sft", "SFT warm start", argv, sft_dir, [Path(pipe.sft.recipe)])
+        argv += [f"data=[{reference / 'kept.jsonl'}]", *pipe.sft.overrides(), *template_override(pipe)]
+        inputs = [Path(pipe.sft.recipe), reference / "kept.jsonl", *model_inputs(model)]
+        stages.run("sft", "SFT warm start", argv, sft_dir, inputs)
         model = str(sft_dir)
         if pipe.eval.after_sft or pipe.grpo is None:
             argv = eval_argv(pipe, model, files["dev"], out / "eval-sft", config)
@@ -389,8 +584,9 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
                 "dev eval: after SFT",
                 argv,
                 out / "eval-sft",
-                [files["dev"], config],
+                [files["dev"], config, *model_inputs(model)],
                 resumable=True,
+                check=eval_gap,
             )
             dev["sft"] = headline(out / "eval-sft")
             order.append("sft")
@@ -400,16 +596,18 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
         grpo_dir = out / "grpo"
         argv = ["train", pipe.grpo.recipe, f"output_dir={grpo_dir}", f"model={model}"]
         argv += [f"data=[{files['train']}]", f"env={json.dumps(env)}"]
-        argv += pipe.grpo.overrides()
-        stages.run("grpo", "GRPO", argv, grpo_dir, [Path(pipe.grpo.recipe), files["train"]])
+        argv += [*pipe.grpo.overrides(), *template_override(pipe)]
+        inputs = [Path(pipe.grpo.recipe), files["train"], *model_inputs(model)]
+        stages.run("grpo", "GRPO", argv, grpo_dir, inputs)
         model = str(grpo_dir)
         stages.run(
             "eval_grpo",
             "dev eval: after GRPO",
             eval_argv(pipe, model, files["dev"], out / "eval-grpo", config),
             out / "eval-grpo",
-            [files["dev"], config],
+            [files["dev"], config, *model_inputs(model)],
             resumable=True,
+            check=eval_gap,
         )
         dev["grpo"] = headline(out / "eval-grpo")
         order.append("grpo")
@@ -430,13 +628,15 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
             "test eval: the last model, once",
             eval_argv(pipe, model, files["test"], out / "eval-test", config),
             out / "eval-test",
-            [files["test"], config],
+            [files["test"], config, *model_inputs(model)],
             resumable=True,
+            check=eval_gap,
         )
         test = headline(out / "eval-test")
 
     summary = {
         "pipeline": pipe.source,
+        "coverage": coverage(dev),
         "model": model,
         "bank": str(bank),
         "task_files": {k: str(v) for k, v in files.items()},
@@ -454,14 +654,19 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
 
 
 def compare_stages(out: Path, order: list[str]) -> dict[str, Any]:
-    """Paired per-task comparisons of each stage with the one before it (dev)."""
-    from deepanalyze_env.core.records import load_run
-    from deepanalyze_env.offline.eval_report import compare_runs
+    """Paired per-task comparisons of each stage with the one before it (dev), over planned
+    episodes (missing ones as failures), naming the tasks that had no partner."""
+    from deepanalyze_env.offline.eval_report import compare_runs, load_eval
 
     result = {}
     for a, b in itertools.pairwise(order):
-        runs = [load_run(out / f"eval-{name}").records for name in (a, b)]
-        result[f"{a}->{b}"] = compare_runs(*runs)["metrics"]
+        runs = [load_eval(out / f"eval-{name}")[0] for name in (a, b)]
+        compared = compare_runs(*runs)
+        result[f"{a}->{b}"] = {
+            **compared["metrics"],
+            "only_in_a": compared["only_in_a"],
+            "only_in_b": compared["only_in_b"],
+        }
     return result
 
 
@@ -481,17 +686,49 @@ def comparison_lines(summary: dict[str, Any]) -> list[str]:
     lines = []
     for pair, metrics in summary["comparisons"].items():
         r = metrics["reward"]
-        lines.append(
+        line = (
             f"{pair}: paired reward difference {_f(r['mean_diff'])} (95% CI {_ci(r.get('diff_ci95'))}, "
             f"{r.get('tasks')} tasks; later stage better on {r.get('b_better')}, "
             f"earlier on {r.get('a_better')})"
         )
+        only_a, only_b = metrics.get("only_in_a") or [], metrics.get("only_in_b") or []
+        if only_a or only_b:
+            line += f"; UNPAIRED tasks left out: only earlier {only_a}, only later {only_b}"
+        lines.append(line)
     return lines
+
+
+def warning_lines(summary: dict[str, Any]) -> list[str]:
+    """What makes the table less than a like-for-like comparison, said above it."""
+    lines = []
+    cov = summary.get("coverage") or {}
+    if cov and not cov["same_tasks"]:
+        lines.append(
+            "NOT COMPARABLE: the stages cover different dev tasks ("
+            + "; ".join(f"{stage} lacks {tasks}" for stage, tasks in cov["lacking"].items())
+            + "); read the paired comparisons below, not the table's rows"
+        )
+    for stage, m in {**summary["dev"], **({"test": summary["test"]} if summary.get("test") else {})}.items():
+        if m.get("missing"):
+            lines.append(
+                f"{stage}: {m['missing']} of {m['planned']} planned episodes did not finish (tasks "
+                f"{', '.join(m['missing_tasks'])}); its figures count each as a failed gate (reward -1, "
+                "accuracy 0)"
+            )
+        elif m.get("planned") is None:
+            lines.append(f"{stage}: planned episodes unknown (its eval folder has no planned.json)")
+    return lines
+
+
+def _episodes(m: dict[str, Any]) -> str:
+    if m.get("planned") is None:
+        return f"{m['finished']} (planned ?)"
+    return f"{m['finished']}/{m['planned']}"
 
 
 def table(summary: dict[str, Any]) -> Table:
     t = Table(title="dev set, before and after training", title_justify="left")
-    for name, justify in (("stage", "left"), ("episodes", "right"), ("format gate", "right")):
+    for name, justify in (("stage", "left"), ("finished/planned", "right"), ("format gate", "right")):
         t.add_column(name, justify=justify)
     for name in ("reward", "reward 95% CI", "accuracy"):
         t.add_column(name, justify="right")
@@ -499,7 +736,7 @@ def table(summary: dict[str, Any]) -> Table:
         ci = _ci(m.get("reward_ci95"))
         t.add_row(
             stage,
-            str(m["episodes"]),
+            _episodes(m),
             _f(m["format_gate_pass_rate"]),
             _f(m["reward_mean"]),
             ci,
@@ -509,14 +746,16 @@ def table(summary: dict[str, Any]) -> Table:
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    lines = [
-        "| stage | episodes | format gate | reward | reward 95% CI | accuracy (pass@1) |",
+    lines = [f"**{line}**\n" for line in warning_lines(summary)]
+    lines += [
+        "Figures are over every planned episode; one that did not finish counts as a failed gate.\n",
+        "| stage | finished/planned | format gate | reward | reward 95% CI | accuracy (pass@1) |",
         "|---|---|---|---|---|---|",
     ]
     for stage, m in summary["dev"].items():
         ci = _ci(m.get("reward_ci95"))
         lines.append(
-            f"| {stage} | {m['episodes']} | {_f(m['format_gate_pass_rate'])} | {_f(m['reward_mean'])} | {ci} "
+            f"| {stage} | {_episodes(m)} | {_f(m['format_gate_pass_rate'])} | {_f(m['reward_mean'])} | {ci} "
             f"| {_f(m['accuracy'])} |"
         )
     lines += ["\n" + line for line in comparison_lines(summary)]
@@ -580,6 +819,8 @@ def cmd_learn(args: argparse.Namespace) -> int:
     pipe = Pipeline.load(args.pipeline, args.overrides)
     summary = run_pipeline(pipe, fresh=args.fresh)
     console.print(Rule("[bold]result[/bold]"))
+    for line in warning_lines(summary):
+        console.print(line, style="bold red", highlight=False)
     console.print(table(summary))
     for line in comparison_lines(summary):
         console.print(line, highlight=False)

@@ -171,6 +171,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         raise UsageError("no episodes to run: no scripted trajectory matches these tasks and labels")
     jobs_left = jobs
     if run is not None:
+        run.write_plan(jobs)  # stats counts the planned episodes that left no record
         try:
             pending = set(run.pending([job.episode_id for job in jobs]))
         except RunDirError as exc:

@@ -56,6 +56,7 @@ def _token_counter(ref: str | None) -> Any:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     from deepanalyze_env.core.records import load_run
+    from deepanalyze_env.offline.rundir import read_plan
     from deepanalyze_env.offline.stats import compute_stats, summary_rows, write_outputs
 
     source = Path(args.run)
@@ -73,6 +74,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
         price_completion=args.price_completion,
         count_tokens=_token_counter(args.tokenizer),
     )
+    plan = read_plan(source) if source.is_dir() else None
+    if plan is not None:
+        have = {str(r.get("episode_id")) for r in run.records}
+        planned = [str(e["episode_id"]) for e in plan.get("episodes") or []]
+        stats["planned_episodes"] = len(planned)
+        stats["missing_episodes"] = sum(1 for e in planned if e not in have)
     stats["sources"] = [str(p) for p in run.sources]
     stats["rescored_records"] = run.rescored
     out = Path(args.out) if args.out else (source if source.is_dir() else source.parent)

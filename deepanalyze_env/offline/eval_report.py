@@ -19,32 +19,42 @@ from typing import Any
 
 import numpy as np
 
-from deepanalyze_env.core.records import own_turn_indices
+from deepanalyze_env.core.records import load_run, own_turn_indices
+from deepanalyze_env.offline.rundir import read_plan
 from rewards import ACCURACY_COMPONENTS
+from rewards.plan import GATE_PENALTY
 
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 GATE_RAN = ("scored", "verifier_error")  # an environment_error episode never reached the gate
+# A planned episode with no record (its job raised, or the run was cut short): counted as a
+# failed gate — reward GATE_PENALTY, format gate 0, accuracy 0 — never left out of a rate.
+MISSING = "missing"
+FAILED = ("scored", MISSING)  # statuses whose reward enters the reward mean
 BREAKDOWNS = ("method", "family", "difficulty")
 TASKS_FILE = "tasks.json"
 
 DEFINITIONS = (
-    "*reward*: mean over `scored` episodes (a `verifier_error` reward was not computed and is left out); "
-    "95 % interval: percentile bootstrap over tasks (2000 resamples, seed 0).",
+    "*episodes*: every figure is over the planned episodes (`planned.json`); a planned episode with no "
+    f"record (its job raised, or the run stopped) has status `{MISSING}` and counts as a failed format "
+    f"gate: reward {GATE_PENALTY}, gate 0, accuracy 0. *finished* / *missing* count them.",
+    "*reward*: mean over `scored` and `missing` episodes (a `verifier_error` reward was not computed and "
+    "is left out); 95 % interval: percentile bootstrap over tasks (2000 resamples, seed 0).",
     "*format-gate pass rate*: `format_ok` over episodes whose gate ran "
-    "(status `scored` or `verifier_error`).",
+    "(status `scored` or `verifier_error`) and `missing` ones (0).",
     "*accuracy*: the method's accuracy component (a component whose name ends in `accuracy`, or one of "
     f"{', '.join(ACCURACY_COMPONENTS)}; "
     "or `--accuracy-component`); an episode that failed the format gate counts 0; a `verifier_error` "
-    "episode counts only if the component was computed; `environment_error` episodes do not count. "
+    "episode counts only if the component was computed; a `missing` one counts 0; `environment_error` "
+    "episodes do not count. "
     "Methods without such a component are left out of accuracy and pass@k.",
     "*pass@k*: per task with n measured episodes of which c are correct (accuracy >= threshold), "
     "1 - C(n-c, k) / C(n, k) (the unbiased estimator), averaged over tasks with n >= k; pass@1 = mean c/n.",
     "*component means*: over the scored episodes that have the component.",
-    "*turns*: policy turns per episode; *completion tokens*: from the policy's reported usage (absent for "
-    "policies that report none); *assistant chars*: characters of the policy turns.",
-    "*compare*: per task present in both folders, B minus A of the task's mean; the interval is a paired "
-    "percentile bootstrap over those tasks.",
+    "*turns*: policy turns per finished episode; *completion tokens*: from the policy's reported usage "
+    "(absent for policies that report none); *assistant chars*: characters of the policy turns.",
+    "*compare*: per task present in both folders (planned or recorded), B minus A of the task's mean; "
+    "the interval is a paired percentile bootstrap over those tasks; unpaired tasks are named.",
 )
 
 
@@ -124,6 +134,8 @@ def episode_accuracy(record: dict[str, Any], component: str | None) -> float | N
     if component is None:
         return None
     status = record.get("reward_status")
+    if status == MISSING:
+        return 0.0
     comps = record.get("reward_components") or {}
     if component in comps:
         return float(comps[component]) if status in GATE_RAN else None
@@ -142,6 +154,76 @@ def assistant_chars(record: dict[str, Any]) -> int:
     """Characters of the policy's own turns (not a recovered episode's replayed prefix)."""
     messages = record.get("messages") or []
     return sum(len(messages[i].get("content") or "") for i in own_turn_indices(record))
+
+
+# ---------------------------------------------------------------------------- planned episodes
+
+
+def placeholder(episode_id: str, task_id: str, reward_spec: dict[str, Any] | None) -> dict[str, Any]:
+    """The stand-in record of a planned episode that left none: a failed gate (see DEFINITIONS)."""
+    return {
+        "episode_id": episode_id,
+        "task_id": task_id,
+        "reward_spec": reward_spec,
+        "reward_status": MISSING,
+        "reward": GATE_PENALTY,
+        "reward_components": {},
+        "format_ok": False,
+        "termination": MISSING,
+        "turns": 0,
+        "messages": [],
+    }
+
+
+def with_plan(
+    records: Sequence[dict[str, Any]], plan: dict[str, Any] | None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``records`` plus a placeholder for every planned episode without one, and the counts.
+
+    Without a plan (a folder made before ``planned.json``) the planned count is unknown and says
+    so (``planned: None``) rather than being taken as the recorded count."""
+    records = list(records)
+    if plan is None:
+        tasks = sorted({task_key(r) for r in records})
+        return records, {"planned": None, "finished": len(records), "missing": None, "tasks": tasks}
+    have = {str(r.get("episode_id")) for r in records}
+    specs = plan.get("reward_specs") or {}
+    planned = plan.get("episodes") or []
+    holes = [e for e in planned if str(e["episode_id"]) not in have]
+    ids = {str(e["episode_id"]) for e in planned}
+    out = records + [
+        placeholder(str(e["episode_id"]), str(e["task_id"]), specs.get(e["task_id"])) for e in holes
+    ]
+    counts = {
+        "planned": len(planned),
+        "finished": len(planned) - len(holes),
+        "missing": len(holes),
+        "missing_tasks": sorted({str(e["task_id"]) for e in holes}),
+        "unplanned": sum(1 for r in records if str(r.get("episode_id")) not in ids),
+        "tasks": sorted({str(e["task_id"]) for e in planned}),
+    }
+    return out, counts
+
+
+def load_eval(folder: str | Path, *, rescored: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """An eval folder's records with its missing episodes as placeholders, and the counts: what
+    every report, comparison and ``learn`` table reads, so none of them sees only the survivors."""
+    folder = Path(folder)
+    return with_plan(load_run(folder, rescored=rescored).records, read_plan(folder))
+
+
+def episode_line(counts: dict[str, Any]) -> str:
+    """One line a reader cannot miss: planned, finished, missing (and what a missing one counts)."""
+    if counts.get("planned") is None:
+        return f"Episodes: {counts['finished']} recorded; planned unknown (the folder has no planned.json)."
+    line = f"Episodes: planned {counts['planned']}, finished {counts['finished']}"
+    line += f", missing {counts['missing']}"
+    if counts["missing"]:
+        line += (
+            f" (tasks {', '.join(counts['missing_tasks'])}; each counts as a failed gate: reward "
+            f"{GATE_PENALTY}, accuracy 0)"
+        )
+    return line + "."
 
 
 # ---------------------------------------------------------------------------- the report
@@ -167,12 +249,12 @@ def summarize(
         [
             float(r["reward"])
             for r in items
-            if r.get("reward_status") == "scored" and r.get("reward") is not None
+            if r.get("reward_status") in FAILED and r.get("reward") is not None
         ]
         for items in by_task.values()
     ]
     rewards = [x for g in scored_by_task for x in g]
-    gate = [r for r in records if r.get("reward_status") in GATE_RAN]
+    gate = [r for r in records if r.get("reward_status") in (*GATE_RAN, MISSING)]
     components: dict[str, list[float]] = defaultdict(list)
     for r in records:
         if r.get("reward_status") == "scored":
@@ -190,10 +272,13 @@ def summarize(
         eligible = [pass_at_k(nt, ct, k) for nt, ct in correct.values() if nt >= k]
         pass_at[str(k)] = {"value": _mean(eligible), "tasks": len(eligible)}
     acc_values = [x for v in acc_by_task.values() for x in v]
-    turns = [int(r.get("turns") or 0) for r in records]
-    tokens = [t for t in (completion_tokens(r) for r in records) if t is not None]
+    done = [r for r in records if r.get("reward_status") != MISSING]
+    turns = [int(r.get("turns") or 0) for r in done]
+    tokens = [t for t in (completion_tokens(r) for r in done) if t is not None]
     return {
         "episodes": n,
+        "finished": len(done),
+        "missing": n - len(done),
         "tasks": len(by_task),
         "reward_mean": _mean(rewards),
         "reward_ci95": bootstrap_ci(scored_by_task),
@@ -201,7 +286,11 @@ def summarize(
         "format_gate_pass_rate": _mean([1.0 if r.get("format_ok") else 0.0 for r in gate]),
         "format_gate_ci95": bootstrap_ci(
             [
-                [1.0 if r.get("format_ok") else 0.0 for r in items if r.get("reward_status") in GATE_RAN]
+                [
+                    1.0 if r.get("format_ok") else 0.0
+                    for r in items
+                    if r.get("reward_status") in (*GATE_RAN, MISSING)
+                ]
                 for items in by_task.values()
             ]
         ),
@@ -213,8 +302,8 @@ def summarize(
         "termination_rates": _rate(Counter(str(r.get("termination")) for r in records), n),
         "turns_mean": _mean(turns),
         "turns_max": max(turns) if turns else None,
-        "completion_tokens_mean": _mean(tokens) if len(tokens) == n and n else None,
-        "assistant_chars_mean": _mean([assistant_chars(r) for r in records]),
+        "completion_tokens_mean": _mean(tokens) if len(tokens) == len(done) and done else None,
+        "assistant_chars_mean": _mean([assistant_chars(r) for r in done]),
     }
 
 
@@ -234,12 +323,15 @@ def build_report(
     *,
     accuracy_override: str | None = None,
     threshold: float = 1.0,
+    counts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole report: overall metrics, then the same per method, family and difficulty
-    (a dimension appears when at least one task has the field)."""
+    (a dimension appears when at least one task has the field). ``records`` hold the placeholders
+    of missing episodes (:func:`with_plan`); ``counts`` are its counts."""
     ks = sorted({1, samples_per_task} | {2**i for i in range(1, 10) if 2**i < samples_per_task})
     options = {"accuracy_override": accuracy_override, "threshold": threshold}
     report: dict[str, Any] = {
+        "episodes": counts or with_plan(records, None)[1],
         "overall": summarize(records, ks, **options),
         "samples_per_task": samples_per_task,
         "pass_at_ks": ks,
@@ -275,10 +367,14 @@ def per_task_means(
         component = accuracy_override or accuracy_component(items[0].get("reward_spec"))
         acc = [v for v in (episode_accuracy(r, component) for r in items) if v is not None]
         out[task] = {
-            "reward": _mean([float(r["reward"]) for r in items if r.get("reward_status") == "scored"]),
+            "reward": _mean([float(r["reward"]) for r in items if r.get("reward_status") in FAILED]),
             "pass@1": _mean([1.0 if v >= threshold else 0.0 for v in acc]),
             "format_gate": _mean(
-                [1.0 if r.get("format_ok") else 0.0 for r in items if r.get("reward_status") in GATE_RAN]
+                [
+                    1.0 if r.get("format_ok") else 0.0
+                    for r in items
+                    if r.get("reward_status") in (*GATE_RAN, MISSING)
+                ]
             ),
         }
     return out
@@ -311,7 +407,7 @@ def compare_runs(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], **opt
         "per_task": {t: {"a": ta[t], "b": tb[t]} for t in common},
         "only_in_a": sorted(set(ta) - set(tb)),
         "only_in_b": sorted(set(tb) - set(ta)),
-        "definitions": [DEFINITIONS[-1], DEFINITIONS[0].split(";")[1].strip()],
+        "definitions": [DEFINITIONS[-1], DEFINITIONS[0], DEFINITIONS[1].split(";")[1].strip()],
     }
 
 
@@ -328,10 +424,15 @@ def fmt(value: Any, signed: bool = False) -> str:
     return str(value)
 
 
+def episodes_cell(s: dict[str, Any]) -> str:
+    """``6`` or ``6 (1 missing)``: the planned episodes a row's figures are over."""
+    return f"{s['episodes']} ({s['missing']} missing)" if s.get("missing") else str(s["episodes"])
+
+
 def _row(name: str, s: dict[str, Any], ks: Sequence[int]) -> list[str]:
     return [
         name,
-        str(s["episodes"]),
+        episodes_cell(s),
         fmt(s["reward_mean"], True),
         fmt(s["reward_ci95"], True),
         fmt(s["format_gate_pass_rate"]),
@@ -351,7 +452,8 @@ def report_markdown(report: dict[str, Any], title: str) -> str:
         *(f"pass@{k}" for k in ks),
         "turns",
     ]
-    lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [f"# {title}", "", episode_line(report["episodes"]), ""]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines.append("| " + " | ".join(_row("all", report["overall"], ks)) + " |")
     for key, groups in report["breakdowns"].items():
         for name, s in groups.items():

@@ -244,6 +244,8 @@ class TransformersPolicy:
     max_batch: int = 1  # the CLIs pass --concurrency
     batch_wait_s: float = 0.5
     name: str = "transformers"
+    # the chat template's extra arguments (Qwen3's enable_thinking), the same SFT and GRPO render with
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     _tok: Any = field(default=None, repr=False)
     _model: Any = field(default=None, repr=False)
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
@@ -282,10 +284,10 @@ class TransformersPolicy:
         from deepanalyze_env.core.tokens import plain_token_ids, prompt_token_ids
 
         if self.layout == "chat":
-            return prompt_token_ids(self._tok, ctx.messages)
+            return prompt_token_ids(self._tok, ctx.messages, **self.chat_template_kwargs)
         # each turn and observation tokenised on its own, as the TRL rollout and SFT build them:
         # one joined string would merge tokens across the boundaries the policy trained with
-        ids = prompt_token_ids(self._tok, ctx.messages[: ctx.prompt_len])
+        ids = prompt_token_ids(self._tok, ctx.messages[: ctx.prompt_len], **self.chat_template_kwargs)
         for message in ctx.messages[ctx.prompt_len :]:
             ids += plain_token_ids(self._tok, message["content"])
         return ids
@@ -402,5 +404,6 @@ def make_policy(kind: str, **options: Any) -> Any:
         return OpenAIPolicy(**{k: options[k] for k in known if k in options})
     if kind == "transformers":
         known = ("model", "temperature", "max_tokens", "layout", "device", "max_batch")
+        known += ("chat_template_kwargs",)
         return TransformersPolicy(**{k: options[k] for k in known if k in options})
     raise ConfigError(f"unknown policy {kind!r}; use scripted, openai or transformers")

@@ -6,6 +6,8 @@ Layout of ``--out DIR``::
     records/episodes-<host>-<pid>.jsonl   written by the env, one line per finished episode
     episodes.jsonl                every episode, in task/sample order (rebuilt at the end of a run)
     kept.jsonl                    the episodes ``--keep`` selects, same order (for SFT)
+    planned.json                  every planned episode (id, task) and each task's reward spec:
+                                  what reports count a missing episode against
     rescored-<timestamp>.jsonl    written later by ``rescore``; never replaces the above
 
 The per-process files are the source of truth (a killed run has nothing else); the ordered
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "run.json"
 KEPT_FILE = "kept.jsonl"
+PLAN_FILE = "planned.json"
 # Settings a resumed run must share with the run it finishes (else ids would mean other episodes).
 PINNED = ("task_fingerprint", "samples", "labels", "policy")
 
@@ -114,6 +117,27 @@ class RunDir:
         tmp = self.path / f".{MANIFEST}.tmp"
         tmp.write_text(json.dumps(self.manifest, indent=2, ensure_ascii=False, default=str) + "\n")
         tmp.replace(self.path / MANIFEST)
+
+    def write_plan(self, jobs: Sequence[Any]) -> None:
+        """Record every planned episode (``EpisodeJob``-like: ``episode_id``, ``task_id``, ``row``)
+        before any runs: an episode that raises leaves no record, and without the plan a report
+        could only count the survivors."""
+        specs: dict[str, Any] = {}
+        for job in jobs:
+            spec = job.row.get("reward_spec")
+            if isinstance(spec, str):
+                try:
+                    spec = json.loads(spec)
+                except ValueError:
+                    spec = None
+            specs.setdefault(job.task_id, spec if isinstance(spec, dict) else None)
+        plan = {
+            "episodes": [{"episode_id": job.episode_id, "task_id": job.task_id} for job in jobs],
+            "reward_specs": specs,
+        }
+        tmp = self.path / f".{PLAN_FILE}.tmp"
+        tmp.write_text(json.dumps(plan, ensure_ascii=False, default=str) + "\n")
+        tmp.replace(self.path / PLAN_FILE)
 
     def repair(self) -> int:
         """Cut torn last lines off the per-process files (a writer killed mid-line); bytes removed."""
@@ -193,6 +217,12 @@ def _copy_lines(target: Path, lines: Sequence[_Line]) -> int:
             fh.close()
         tmp.unlink(missing_ok=True)
     return len(lines)
+
+
+def read_plan(path: str | Path) -> dict[str, Any] | None:
+    """A run folder's ``planned.json``, or None (a folder made before plans were written)."""
+    file = Path(path) / PLAN_FILE
+    return json.loads(file.read_text()) if file.is_file() else None
 
 
 def _now() -> str:

@@ -173,8 +173,14 @@ def _dist_line(d: dict[str, Any], digits: int) -> str:
 def summary_rows(stats: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) lines shared by the console table and ``stats.md``."""
     reward = stats["reward"]["all"]
+    episodes = str(stats["episodes"])
+    if stats.get("planned_episodes") is not None:
+        episodes = (
+            f"{stats['episodes']} recorded of {stats['planned_episodes']} planned "
+            f"({stats['missing_episodes']} missing: every rate below is over the recorded ones)"
+        )
     rows = [
-        ("episodes", str(stats["episodes"])),
+        ("episodes", episodes),
         ("status", ", ".join(f"{k} {v}" for k, v in stats["status_counts"].items())),
         ("termination", ", ".join(f"{k} {v}" for k, v in stats["termination_counts"].items())),
         ("valid episodes", f"{stats['valid_episodes']} ({pct(stats['valid_rate'])})"),

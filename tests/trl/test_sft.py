@@ -168,8 +168,8 @@ def test_shipped_sft_recipes_are_valid(name):
     root = Path(__file__).resolve().parents[2]
     recipe = load_recipe(root / "recipes" / name, ["trl.bf16=false"])
     assert recipe.backend == "trl-sft"
-    config = _sft_config(recipe, root / "runs" / "unused", cuda=False)
-    assert config.max_steps == recipe.max_steps
+    config, template_kwargs = _sft_config(recipe, root / "runs" / "unused", cuda=False)
+    assert config.max_steps == recipe.max_steps and template_kwargs == {}
 
 
 def test_local_eval_policy_sees_the_tokens_training_built(tiny_tokenizer, env_config, tmp_path):
@@ -255,3 +255,92 @@ def test_a_recovered_episode_trains_only_on_the_turns_after_its_prefix(tiny_toke
     trained = [t for t in rendered.labels if t != IGNORE_INDEX]
     assert tok.decode(trained) == ANSWER_TURN
     assert CODE_TURN not in tok.decode(rendered.completion_ids)
+
+
+def _tiny_model(tok, folder: Path) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_sft_eval_and_rollout_render_prompts_with_the_same_template_kwargs(env_config, tmp_path):
+    """``trl.chat_template_kwargs`` (Qwen3's enable_thinking) reach SFT, the eval policy and the
+    GRPO rollout alike: one prompt, token for token, and not the prompt without them."""
+    pytest.importorskip("torch")
+    from deepanalyze_env.offline.policies import TransformersPolicy, TurnContext
+    from tests.conftest import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()  # its own copy: the template below must not leak into other tests
+    tok.chat_template += "{% if thinking is defined and not thinking %}<think>\n\n</think>\n{% endif %}"
+    kwargs = {"thinking": False}
+    config = {**env_config, "records_dir": str(tmp_path / "rec")}
+    rows = [row("t0")]
+    rollout = DeepAnalyzeRollout(rows, config, generator=scripted(tok, [ANSWER_TURN]))
+    trainer = fake_trainer(tok)
+    trainer.chat_template_kwargs = kwargs
+    out = rollout([trl_prompt(r) for r in rows], trainer)
+    (record,) = [r for p in (tmp_path / "rec").glob("episodes-*.jsonl") for r in read_records(p)]
+    prompt = out["prompt_ids"][0]
+    assert "<think>" in tok.decode(prompt)  # the kwargs took effect in the rollout
+    assert render_record(tok, record, template_kwargs=kwargs).prompt_ids == prompt
+    assert render_record(tok, record).prompt_ids != prompt
+    policy = TransformersPolicy(
+        model=str(_tiny_model(tok, tmp_path / "m")), device="cpu", chat_template_kwargs=kwargs
+    )
+    messages = record["messages"]
+    prompt_len = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    ctx = TurnContext("e", "t0", None, 0, messages[:prompt_len], prompt_len)
+    assert policy._prompt_ids(ctx) == prompt
+
+
+def test_sft_data_json_counts_what_trl_trains_after_its_truncation(tiny_tokenizer, env_config, tmp_path):
+    """With ``trl.max_length`` TRL cuts every episode and drops one left without a policy token;
+    ``sft_data.json`` reports those numbers, not the rendered ones."""
+    pytest.importorskip("torch")
+    tok = tiny_tokenizer
+    _, records = rollout_with_records(tok, env_config, [CODE_TURN, ANSWER_TURN], tmp_path / "rec", n=3)
+    first_user = next(i for i, m in enumerate(records[2]["messages"]) if m["role"] == "user")
+    records[2]["messages"][first_user]["content"] = "Which store? " * 60  # a prompt longer than max_length
+    prompt = records[0]["messages"][
+        : next(i for i, m in enumerate(records[0]["messages"]) if m["role"] == "assistant")
+    ]
+    text = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    prompt_len = len(tok(text, add_special_tokens=False)["input_ids"])
+    keep = 5  # policy tokens left per episode: the first 5 of CODE_TURN
+    assert keep < len(tok.encode(CODE_TURN, add_special_tokens=False))
+    data = tmp_path / "records.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "sft"
+    recipe = tmp_path / "sft.yaml"
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "backend": "trl-sft",
+                "output_dir": str(out),
+                "max_steps": 1,
+                "model": str(_tiny_model(tok, tmp_path / "base")),
+                "data": [str(data)],
+                "trl": {"max_length": prompt_len + keep, "per_device_train_batch_size": 2},
+            }
+        )
+    )
+    assert main(["train", str(recipe)]) == 0
+    info = json.loads((out / "sft_data.json").read_text())
+    per_episode = len(tok.encode(CODE_TURN + ANSWER_TURN, add_special_tokens=False))
+    assert info["rendered_policy_tokens"] == 3 * per_episode
+    assert info["examples_trained"] == 2 and info["examples_dropped_by_trl"] == 1
+    assert info["policy_tokens"] == 2 * keep
+    assert info["masked_tokens"] == 2 * prompt_len
+    assert info["policy_tokens_cut_by_trl"] == 3 * per_episode - 2 * keep

@@ -151,6 +151,12 @@ def test_eos_without_a_tag_ends_the_episode_and_is_its_last_trained_token(smollm
     assert out["reward_status"] == ["scored"] and out["env_reward"] == [-1.0]
     [record] = records(env_config)
     assert record["termination"] == "eos" and record["turns"] == 1
+    # SFT labels the same tokens the same way: the policy's own EOS carries loss
+    from deepanalyze_env.trainers.trl.sft_data import render_record
+
+    rendered = render_record(tok, record)
+    assert rendered.prompt_ids == out["prompt_ids"][0]
+    assert (rendered.completion_ids, rendered.completion_mask) == (completion, mask)
 
 
 def test_eos_after_a_stop_tag_is_dropped_and_the_turn_is_stepped(smollm2_tokenizer, env_config):

@@ -26,6 +26,7 @@ from deepanalyze_env.core.models import resolve_model
 from deepanalyze_env.trainers.recipes import Recipe
 from deepanalyze_env.trainers.trl.progress import quiet_console
 from deepanalyze_env.trainers.trl.sft_data import (
+    IGNORE_INDEX,
     USABLE_STATUSES,
     SFTDataError,
     load_records,
@@ -45,8 +46,15 @@ def _sft_config(recipe: Recipe, out: Path, cuda: bool):
     args = trainer_args(recipe, out, cuda)
     args.setdefault("max_length", None)  # never cut an episode silently; set it to bound memory
     args.setdefault("dataset_num_proc", None)
+    # GRPOConfig's chat_template_kwargs (SFTConfig has none): SFT renders its prompts with the
+    # same arguments, so the prompts it trains on end as the GRPO rollout's and the eval's do
+    template_kwargs = args.pop("chat_template_kwargs", None) or {}
+    if not isinstance(template_kwargs, dict):
+        raise ConfigError(
+            f"{recipe.source}: trl.chat_template_kwargs must be a mapping, got {template_kwargs!r}"
+        )
     try:
-        return trl.SFTConfig(**args)
+        return trl.SFTConfig(**args), template_kwargs
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{recipe.source}: bad trl setting: {exc}")
 
@@ -117,11 +125,28 @@ def plot_loss(metrics_path: Path, png_path: Path) -> None:
     plt.close(fig)
 
 
+def trained_counts(dataset: Any, rendered: int, config: Any) -> dict[str, Any]:
+    """What TRL will train on, read from its prepared dataset (after it cut episodes to
+    ``max_length`` and dropped those left without a policy token): ``sft_data.json``'s figures,
+    so they never overstate the training data."""
+    labels = dataset["labels"]
+    policy = sum(sum(1 for t in row if t != IGNORE_INDEX) for row in labels)
+    total = sum(len(row) for row in labels)
+    packed = bool(getattr(config, "packing", False))
+    return {
+        "examples_trained": len(labels),
+        "examples_dropped_by_trl": None if packed else rendered - len(labels),  # packing regroups rows
+        "policy_tokens": policy,
+        "masked_tokens": total - policy,
+    }
+
+
 def _summary_table(info: dict[str, Any]) -> Table:
-    table = Table(title="SFT data", title_justify="left")
+    table = Table(title="SFT data (as TRL trains it)", title_justify="left")
     table.add_column("")
     table.add_column("value", justify="right")
-    for key in ("records_total", "records_selected", "policy_tokens", "masked_tokens", "longest_sequence"):
+    keys = ("records_total", "records_selected", "examples_trained", "examples_dropped_by_trl")
+    for key in (*keys, "policy_tokens", "rendered_policy_tokens", "masked_tokens", "longest_sequence"):
         table.add_row(key.replace("_", " "), str(info[key]))
     for reason, n in sorted(info["dropped"].items()):
         table.add_row(f"dropped: {reason}", str(n))
@@ -140,7 +165,7 @@ def train_sft(recipe: Recipe, check: bool = False) -> int:
 
     out = Path(recipe.output_dir)
     cuda = torch.cuda.is_available()
-    config = _sft_config(recipe, out, cuda)  # the cheapest checks first
+    config, template_kwargs = _sft_config(recipe, out, cuda)  # the cheapest checks first
     selection, statuses = _selection(recipe)
     if check:
         console.print(selection.describe())
@@ -152,7 +177,7 @@ def train_sft(recipe: Recipe, check: bool = False) -> int:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    rendered = [render_record(tokenizer, r) for r in selection.records]
+    rendered = [render_record(tokenizer, r, template_kwargs=template_kwargs) for r in selection.records]
     rows = [{"input_ids": e.input_ids, "labels": e.labels} for e in rendered]
     policy_tokens = sum(sum(e.completion_mask) for e in rendered)
     info = {
@@ -163,8 +188,9 @@ def train_sft(recipe: Recipe, check: bool = False) -> int:
         "records_selected": len(selection.records),
         "dropped": dict(selection.dropped),
         "episode_ids": [e.episode_id for e in rendered],
-        "policy_tokens": policy_tokens,
-        "masked_tokens": sum(len(e.input_ids) for e in rendered) - policy_tokens,
+        "chat_template_kwargs": template_kwargs,
+        "rendered_policy_tokens": policy_tokens,
+        "rendered_masked_tokens": sum(len(e.input_ids) for e in rendered) - policy_tokens,
         "longest_sequence": max(len(e.input_ids) for e in rendered),
         "model": recipe.model,
     }
@@ -178,8 +204,6 @@ def train_sft(recipe: Recipe, check: bool = False) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("metrics.jsonl", "loss_curve.png"):
         (out / stale).unlink(missing_ok=True)
-    (out / "sft_data.json").write_text(json.dumps(info, indent=2) + "\n")
-    console.print(_summary_table(info))
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if not cuda else "auto")
     trainer = trl.SFTTrainer(
@@ -189,6 +213,15 @@ def train_sft(recipe: Recipe, check: bool = False) -> int:
         processing_class=tokenizer,
         callbacks=[_make_callback(out)],
     )
+    info.update(trained_counts(trainer.train_dataset, len(rows), config))
+    info["policy_tokens_cut_by_trl"] = info["rendered_policy_tokens"] - info["policy_tokens"]
+    if not info["examples_trained"]:
+        raise ConfigError(
+            f"{recipe.source}: trl.max_length={config.max_length} leaves no episode with a policy token "
+            f"(the longest is {info['longest_sequence']} tokens); raise it or leave it unset"
+        )
+    (out / "sft_data.json").write_text(json.dumps(info, indent=2) + "\n")
+    console.print(_summary_table(info))
     quiet_console(trainer, console, "SFT")
     trainer.train()
     trainer.save_model(str(out))  # weights + config + tokenizer: a folder GRPO recipes take as `model`

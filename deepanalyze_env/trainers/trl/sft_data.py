@@ -6,8 +6,9 @@ TRL rollout (:mod:`deepanalyze_env.trainers.trl.rollout`) renders a live episode
 chat template with the generation prompt, then one completion made of each policy turn's tokens
 and each observation's tokens, both as plain text (no special-token parsing) and piece by
 piece, and the closing EOS of a finished episode. Only policy tokens carry loss; the prompt,
-the observations and the closing EOS are labelled -100, as ``env_mask`` 0 keeps them out of the
-GRPO loss. Encoding piece by piece (not the joined text) is the point: BPE merges across a
+the observations and the EOS the trainer appends are labelled -100, as ``env_mask`` 0 keeps them
+out of the GRPO loss (an EOS the policy sampled, ``termination: "eos"``, is its own and
+trained). Encoding piece by piece (not the joined text) is the point: BPE merges across a
 turn/observation boundary would otherwise give SFT token ids the policy never produces in RL.
 
 Which records are data: a ``verifier_error`` episode's actions are real policy output (only its
@@ -80,19 +81,32 @@ def split_messages(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
     return messages[: mine[0]], messages[mine[0] :]
 
 
-def render_record(tokenizer: Any, record: dict[str, Any], eos_token_id: int | None = None) -> RenderedEpisode:
-    """The record's tokens and loss mask, as the TRL rollout builds them for the same turns."""
+def render_record(
+    tokenizer: Any,
+    record: dict[str, Any],
+    eos_token_id: int | None = None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> RenderedEpisode:
+    """The record's tokens and loss mask, as the TRL rollout builds them for the same turns.
+
+    ``template_kwargs`` are the chat template's extra arguments (``trl.chat_template_kwargs``),
+    which the rollout and the eval policy pass to the same :func:`prompt_token_ids`. The closing
+    EOS carries loss exactly when the policy sampled it: an episode with ``termination: "eos"``
+    ended on the policy's own EOS (the rollout trains it); any other finished episode's EOS is the
+    one the rollout appends (no loss)."""
     prompt, episode = split_messages(record)
-    out = RenderedEpisode(str(record.get("episode_id")), prompt_token_ids(tokenizer, prompt))
+    out = RenderedEpisode(
+        str(record.get("episode_id")), prompt_token_ids(tokenizer, prompt, **(template_kwargs or {}))
+    )
     for message in episode:
         text = message.get("content") or ""
         if message.get("role") == "assistant":  # tags that are special tokens stay those tokens
             out.add(text_token_ids(tokenizer, text, token_rules(tokenizer).special_tags), 1)
         else:  # exactly as the rollout encodes observations (special framing tags kept)
             out.add(encode_observation(tokenizer, text), 0)
-    if record.get("termination") != "length":  # the rollout closes a finished episode with EOS, no loss
+    if record.get("termination") != "length":  # a finished episode ends with EOS
         eos = tokenizer.eos_token_id if eos_token_id is None else eos_token_id
-        out.add([eos], 0)
+        out.add([eos], 1 if record.get("termination") == "eos" else 0)
     return out
 
 
