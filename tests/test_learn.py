@@ -455,3 +455,70 @@ def test_one_set_of_chat_template_kwargs_reaches_every_stage(tmp_path):
             ],
         )
     assert Pipeline.load(shipped).chat_template_kwargs == {}
+
+
+def test_a_curriculum_section_samples_the_sft_model_on_grpos_tasks_and_seeds_the_curriculum(tmp_path, calls):
+    from deepanalyze_env.cli.learn import Stages, grpo_inputs
+
+    shipped = REPO / "recipes" / "learn_cpu.yaml"
+    pipe = Pipeline.load(
+        shipped,
+        [
+            "curriculum.tasks=2",
+            "curriculum.samples=3",
+            "curriculum.set.success_threshold=-0.5",
+            "grpo.set.trl.temperature=0.7",
+            "grpo.set.rollout.max_turn_tokens=120",
+        ],
+    )
+    train = tmp_path / "tasks" / "train.jsonl"
+    train.parent.mkdir()
+    train.write_text("".join(json.dumps({"id": f"t{i}", "family": "f"}) + "\n" for i in range(5)))
+    estimate = tmp_path / "estimate"
+    calls.script = [lambda argv: (_stage_eval(estimate, {"t1": 1.0}, ["t1"]), 0)[1]]
+    pool, extra = grpo_inputs(
+        pipe, Stages(tmp_path, fresh=False), "sft", {"train": train}, tmp_path, tmp_path / "e"
+    )
+    # GRPO draws from 2 of the 5 train tasks, and the pass sampled exactly those
+    assert pool == tmp_path / "tasks" / "grpo.jsonl" and len(pool.read_text().splitlines()) == 2
+    [argv] = calls.argvs
+    assert argv[argv.index("--tasks") + 1] == str(pool) and argv[argv.index("--model") + 1] == "sft"
+    # at GRPO's sampling temperature and per-turn budget, k samples a task
+    assert argv[argv.index("--temperature") + 1] == "0.7" and argv[argv.index("--max-tokens") + 1] == "120"
+    assert argv[argv.index("--samples") + 1] == "3"
+    assert extra == [
+        "curriculum.kind=success_rate",
+        f"curriculum.from_records={estimate}",
+        "curriculum.success_threshold=-0.5",
+        f"rollout.budget_check={estimate}",  # the budget check measures the same episodes
+    ]
+
+
+def test_without_a_curriculum_grpo_takes_every_train_task_and_the_budget_check_reads_the_sft_eval(
+    tmp_path, calls
+):
+    from deepanalyze_env.cli.learn import Stages, grpo_inputs
+
+    pipe = Pipeline.load(REPO / "recipes" / "learn_cpu.yaml")
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"id": "a"}\n')
+    (tmp_path / "eval-sft").mkdir()
+    (tmp_path / "eval-sft" / "episodes.jsonl").write_text("{}\n")
+    pool, extra = grpo_inputs(
+        pipe, Stages(tmp_path, fresh=False), "sft", {"train": train}, tmp_path, tmp_path / "e"
+    )
+    assert pool == train and calls.argvs == []
+    assert extra == [f"rollout.budget_check={tmp_path / 'eval-sft'}"]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("curriculum.samples=0", "samples >= 1"),
+        ("curriculum.sampels=2", "curriculum:"),
+        ("grpo=null", "no grpo stage"),
+    ],
+)
+def test_curriculum_section_mistakes_are_one_line(override, message):
+    with pytest.raises(ConfigError, match=message):
+        Pipeline.load(REPO / "recipes" / "learn_cpu.yaml", ["curriculum.tasks=2", override])

@@ -54,6 +54,7 @@ from rich.table import Table
 
 from deepanalyze_env.cli.common import UsageError, console, make_parser
 from deepanalyze_env.core.config import ConfigError, EnvConfig
+from deepanalyze_env.trainers.recipes import load_recipe
 
 SPLITS = ("train", "dev", "test")
 
@@ -67,6 +68,22 @@ class EvalSettings:
     temperature: float = 0.0  # 0: greedy, one deterministic episode per task and model
     concurrency: int = 8  # episodes in flight; a local model generates their turns as one batch
     after_sft: bool = True  # also evaluate between SFT and GRPO (off: before and after only)
+
+
+@dataclass
+class CurriculumSettings:
+    """Seed GRPO's success-rate curriculum from a sampled pass of the SFT model (``estimate/``).
+
+    The pass samples the SFT model on the tasks GRPO will draw from, at the temperature GRPO
+    samples at, so the curriculum starts from estimates instead of a flat prior and draws tasks
+    whose groups can differ; its records are also what the budget check measures.
+    """
+
+    tasks: int = 0  # train tasks GRPO draws from, family-stratified (0: every train task)
+    samples: int = 4  # episodes per task in the pass
+    temperature: float | None = None  # None: the GRPO recipe's trl.temperature (TRL's default 1.0)
+    max_tokens: int | None = None  # per turn; None: the GRPO recipe's rollout.max_turn_tokens, else eval's
+    set: dict[str, Any] = field(default_factory=dict)  # curriculum fields (kind: success_rate implied)
 
 
 @dataclass
@@ -108,6 +125,7 @@ class Pipeline:
     eval: EvalSettings = field(default_factory=EvalSettings)
     sft: StageRecipe | None = None
     grpo: StageRecipe | None = None
+    curriculum: CurriculumSettings | None = None  # None: GRPO samples tasks as its recipe says
     seed: int = 0  # the task sample
     # chat template arguments for every stage's prompts (SFT, evals, GRPO): Qwen3's enable_thinking
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -157,6 +175,20 @@ class Pipeline:
             settings = EvalSettings(**(tree.get("eval") or {}))
         except TypeError as exc:
             raise ConfigError(f"{path}: eval: {exc}")
+        curriculum = None
+        if tree.get("curriculum") is not None:
+            section = tree["curriculum"]
+            if not isinstance(section, dict):
+                raise ConfigError(f"{path}: curriculum must be a mapping (tasks, samples, temperature, set)")
+            if stages["grpo"] is None:
+                raise ConfigError(f"{path}: curriculum seeds GRPO's sampling; the pipeline has no grpo stage")
+            try:
+                curriculum = CurriculumSettings(**section)
+            except TypeError as exc:
+                raise ConfigError(f"{path}: curriculum: {exc}")
+            if curriculum.samples < 1 or curriculum.tasks < 0:
+                raise ConfigError(f"{path}: curriculum needs samples >= 1 and tasks >= 0")
+            curriculum.set = {k: v for k, v in flatten(dict(curriculum.set or {})).items() if k != "kind"}
         env = dict(tree.get("env") or {})
         EnvConfig.from_any(env)
         kwargs = tree.get("chat_template_kwargs") or {}
@@ -173,6 +205,7 @@ class Pipeline:
             eval=settings,
             sft=stages["sft"],
             grpo=stages["grpo"],
+            curriculum=curriculum,
             seed=int(tree.get("seed", 0)),
             chat_template_kwargs=dict(kwargs),
             source=str(path),
@@ -446,13 +479,75 @@ def rollout_gap(folder: Path, since: float) -> Gap | None:
     return None
 
 
-def eval_argv(pipe: Pipeline, model: str, tasks: Path, out: Path, config: Path) -> list[str]:
+def eval_argv(
+    pipe: Pipeline,
+    model: str,
+    tasks: Path,
+    out: Path,
+    config: Path,
+    *,
+    samples: int | None = None,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+) -> list[str]:
     e = pipe.eval
-    argv = ["eval", "--model", model, "--tasks", str(tasks), "--samples", str(e.samples), "--out", str(out)]
-    argv += ["--config", str(config), "--max-tokens", str(e.max_tokens), "--temperature", str(e.temperature)]
+    samples = e.samples if samples is None else samples
+    temperature = e.temperature if temperature is None else temperature
+    max_tokens = e.max_tokens if max_tokens is None else max_tokens
+    argv = ["eval", "--model", model, "--tasks", str(tasks), "--samples", str(samples), "--out", str(out)]
+    argv += ["--config", str(config), "--max-tokens", str(max_tokens), "--temperature", str(temperature)]
     if pipe.chat_template_kwargs:
         argv += ["--chat-template-kwargs", json.dumps(pipe.chat_template_kwargs, sort_keys=True)]
     return [*argv, "--concurrency", str(e.concurrency)]
+
+
+def grpo_inputs(
+    pipe: Pipeline, stages: Stages, model: str, files: dict[str, Path], out: Path, config: Path
+) -> tuple[Path, list[str]]:
+    """The task file GRPO trains on and the recipe overrides the pipeline adds: with a
+    ``curriculum`` section, a sampled pass of ``model`` over those tasks (``estimate/``) seeds the
+    success-rate curriculum; the budget check measures that pass (else the after-SFT eval, else
+    the reference episodes) against GRPO's budgets, unless the recipe names its own."""
+    assert pipe.grpo is not None
+    pool, extra = files["train"], []
+    recipe = load_recipe(pipe.grpo.recipe, pipe.grpo.overrides())
+    budget_source = next(
+        (p for p in (out / "eval-sft", out / "reference") if (p / "episodes.jsonl").is_file()), None
+    )
+    cur = pipe.curriculum
+    if cur is not None:
+        if cur.tasks:
+            tasks = [json.loads(x) for x in pool.read_text().splitlines() if x.strip()]
+            pool = out / "tasks" / "grpo.jsonl"
+            chosen = sample_tasks(tasks, cur.tasks, pipe.seed + 100)
+            pool.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in chosen))
+        temperature = cur.temperature if cur.temperature is not None else recipe.trl.get("temperature", 1.0)
+        max_tokens = cur.max_tokens or recipe.rollout.get("max_turn_tokens") or pipe.eval.max_tokens
+        argv = eval_argv(
+            pipe,
+            model,
+            pool,
+            out / "estimate",
+            config,
+            samples=cur.samples,
+            temperature=float(temperature),
+            max_tokens=int(max_tokens),
+        )
+        stages.run(
+            "estimate",
+            "success estimate: the SFT model sampled on GRPO's tasks (seeds the curriculum)",
+            argv,
+            out / "estimate",
+            [pool, config, *model_inputs(model)],
+            resumable=True,
+            check=eval_gap,
+        )
+        extra += ["curriculum.kind=success_rate", f"curriculum.from_records={out / 'estimate'}"]
+        extra += [f"curriculum.{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in cur.set.items()]
+        budget_source = out / "estimate"
+    if budget_source is not None and not recipe.rollout.get("budget_check"):
+        extra.append(f"rollout.budget_check={budget_source}")
+    return pool, extra
 
 
 def template_override(pipe: Pipeline) -> list[str]:
@@ -465,7 +560,6 @@ def template_kwargs(pipe: Pipeline) -> dict[str, Any]:
     """The chat template arguments every stage renders prompts with: the pipeline's
     ``chat_template_kwargs``, else the one its SFT and GRPO recipes set (``trl.chat_template_kwargs``;
     two different ones are an error), so SFT, the evals and the GRPO rollout see the same prompts."""
-    from deepanalyze_env.trainers.recipes import load_recipe
 
     if pipe.chat_template_kwargs:
         return pipe.chat_template_kwargs
@@ -594,10 +688,13 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
     grpo_steps: list[dict[str, Any]] = []
     if pipe.grpo is not None:
         grpo_dir = out / "grpo"
+        pool, extra = grpo_inputs(pipe, stages, model, files, out, config)
         argv = ["train", pipe.grpo.recipe, f"output_dir={grpo_dir}", f"model={model}"]
-        argv += [f"data=[{files['train']}]", f"env={json.dumps(env)}"]
-        argv += [*pipe.grpo.overrides(), *template_override(pipe)]
-        inputs = [Path(pipe.grpo.recipe), files["train"], *model_inputs(model)]
+        argv += [f"data=[{pool}]", f"env={json.dumps(env)}"]
+        argv += [*pipe.grpo.overrides(), *extra, *template_override(pipe)]
+        inputs = [Path(pipe.grpo.recipe), pool, *model_inputs(model)]
+        if pipe.curriculum is not None:
+            inputs.append(out / "estimate" / "episodes.jsonl")
         stages.run("grpo", "GRPO", argv, grpo_dir, inputs)
         model = str(grpo_dir)
         stages.run(
@@ -616,7 +713,15 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
             grpo_steps = [
                 {
                     k: s.get(k)
-                    for k in ("step", "reward_mean", "components", "status_counts", "rollout_seconds")
+                    for k in (
+                        "step",
+                        "reward_mean",
+                        "components",
+                        "status_counts",
+                        "rollout_seconds",
+                        "time",
+                        "teach",
+                    )
                 }
                 for s in map(json.loads, filter(str.strip, metrics.read_text().splitlines()))
             ]
