@@ -6,7 +6,7 @@ from rewards import answers as _answers  # noqa: F401  (answer_match, answer_par
 from rewards import components as _components  # noqa: F401  (registers the built-ins)
 from rewards import files as _files  # noqa: F401  (file_match)
 from rewards import recovery as _recovery  # noqa: F401  (recovery)
-from rewards.answers import ACCURACY_COMPONENTS
+from rewards.answers import ACCURACY_COMPONENTS, accuracy_component, is_accuracy_component
 from rewards.methods import Method, get_method, register_method
 from rewards.plan import RewardContext, RewardOutcome, RewardPlan
 from rewards.registry import RewardSpecError, register_reward, registered_names, resolve
@@ -18,7 +18,9 @@ __all__ = [
     "RewardOutcome",
     "RewardPlan",
     "RewardSpecError",
+    "accuracy_component",
     "get_method",
+    "is_accuracy_component",
     "register_method",
     "register_reward",
     "registered_names",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rewards.normalize import dabench_equal, normalise_text, numbers_equal
@@ -60,9 +60,21 @@ def values_match(answer: Any, truth: Any, tolerance: float | None = None) -> boo
 
 
 # Components that say whether the answer is right (1 = right), beyond any component whose name
-# ends in ``accuracy`` (the QA plan's ``qa_accuracy``): the eval report's accuracy / pass@k and
-# the curriculum's success both read this one list.
+# ends in ``accuracy`` (the QA plan's ``qa_accuracy``, datatask's ``judge_accuracy``): the eval
+# report's accuracy / pass@k and the curriculum's success both read them through
+# :func:`accuracy_component`.
 ACCURACY_COMPONENTS = ("answer_match", "answer_parts_all", "qa_accuracy")
+
+
+def is_accuracy_component(name: str) -> bool:
+    """True for a component that says whether the answer is right (the one rule)."""
+    return name in ACCURACY_COMPONENTS or name.endswith("accuracy")
+
+
+def accuracy_component(names: Iterable[str]) -> str | None:
+    """The component read as accuracy among ``names`` (a plan's components, in plan order): the
+    first that :func:`is_accuracy_component` accepts, or None when the plan has none."""
+    return next((n for n in names if is_accuracy_component(n)), None)
 
 
 @register_reward("answer_match")

@@ -197,3 +197,14 @@ def test_state_dict_restores_estimates_and_draws_by_task_id():
     again = SuccessRateCurriculum(["a", "b", "gone"], PLAIN, seed=99)
     again.load_state_dict(state)
     assert again.draw(2) == expected  # same tasks, same generator state: same draws
+
+
+def test_an_empty_accuracy_list_reads_the_reward_against_the_threshold():
+    from deepanalyze_env.trainers.curriculum import CurriculumConfig, success_of
+
+    config = CurriculumConfig.from_mapping(
+        {"kind": "success_rate", "accuracy_components": [], "success_threshold": -0.5}
+    )
+    passed_gate = {"reward_status": "scored", "reward": 0.0, "reward_components": {"answer_match": 0.0}}
+    failed_gate = {"reward_status": "scored", "reward": -1.0, "reward_components": {"format_gate": -1.0}}
+    assert success_of(passed_gate, config) is True and success_of(failed_gate, config) is False

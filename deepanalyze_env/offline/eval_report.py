@@ -22,6 +22,7 @@ import numpy as np
 from deepanalyze_env.core.records import load_run, own_turn_indices
 from deepanalyze_env.offline.rundir import read_plan
 from rewards import ACCURACY_COMPONENTS
+from rewards import accuracy_component as first_accuracy_component
 from rewards.plan import GATE_PENALTY
 
 BOOTSTRAP_SAMPLES = 2000
@@ -126,7 +127,7 @@ def accuracy_component(reward_spec: dict[str, Any] | None) -> str | None:
             names += list(resolve(str(ref)).component_names)
         except (RewardSpecError, ImportError):
             names.append(str(ref).rsplit(":", 1)[-1])
-    return next((n for n in names if n.endswith("accuracy") or n in ACCURACY_COMPONENTS), None)
+    return first_accuracy_component(names)
 
 
 def episode_accuracy(record: dict[str, Any], component: str | None) -> float | None:
