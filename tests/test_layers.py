@@ -200,3 +200,18 @@ def test_every_public_class_says_why_it_exists():
             ):
                 missing.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert not missing, "public classes without a docstring:\n" + "\n".join(missing)
+
+
+def test_no_command_imports_another_except_the_shared_helpers():
+    """Commands are thin: what two commands share lives below them (``offline``, ``core``) or in
+    ``cli/common``; ``app`` and the package entry point only dispatch."""
+    bad = []
+    for path in sorted((ROOT / "deepanalyze_env" / "cli").glob("*.py")):
+        if path.name in ("app.py", "__init__.py", "__main__.py"):
+            continue
+        name = _module_name(path)
+        for line, imported in _imports(name, path.read_text(encoding="utf-8")):
+            other = imported.startswith("deepanalyze_env.cli.") and not imported.startswith(name)
+            if other and not imported.startswith("deepanalyze_env.cli.common"):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
+    assert not bad, "\n".join(bad)

@@ -71,3 +71,10 @@ def make_parser(sub: Any, name: str, help_text: str, example: str) -> argparse.A
         epilog=f"example: {example}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+
+
+def task_files(args: argparse.Namespace, env_config: dict[str, Any]) -> list[str]:
+    """``--tasks``, else the shipped tasks (whose workspaces are the shipped data folder, made
+    ``workspace_root`` unless the config names one)."""
+    env_config.setdefault("workspace_root", str(SHIPPED_DATA))
+    return list(args.tasks or sorted(str(p) for p in (SHIPPED_DATA / "tasks").glob("*.jsonl")))

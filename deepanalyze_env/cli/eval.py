@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,8 @@ from deepanalyze_env.cli.common import (
     console,
     load_env_config,
     make_parser,
+    task_files,
 )
-from deepanalyze_env.offline.report import progress_bar
 
 
 def add_parser(sub: Any) -> None:
@@ -157,8 +156,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return cmd_compare(args)
     from deepanalyze_env.core.tasks import load_task_files
     from deepanalyze_env.offline.eval_report import TASKS_FILE, write_json
-    from deepanalyze_env.offline.rollout import EpisodeResult, plan_jobs, run_jobs
     from deepanalyze_env.offline.rundir import RunDir, RunDirError, task_fingerprint
+    from deepanalyze_env.offline.runner import NothingToRun, run_planned, scripted_labels
 
     if not args.out:
         raise UsageError("eval needs --out DIR (the eval folder)")
@@ -166,21 +165,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError("--samples and --concurrency must be >= 1")
     temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)
     env_config = load_env_config(args)
-    task_files = args.tasks or sorted(str(p) for p in (SHIPPED_DATA / "tasks").glob("*.jsonl"))
-    env_config.setdefault("workspace_root", str(SHIPPED_DATA))
-    rows = load_task_files(task_files, env_config.get("workspace_root"))
+    files = task_files(args, env_config)
+    rows = load_task_files(files, env_config.get("workspace_root"))
     policy = _policy(args, temperature)
-    labels_for = None
-    labels: list[str] = []
-    if args.policy == "scripted":
-        labels = [x.strip() for x in args.labels.split(",") if x.strip()]
-
-        def labels_for(task_id: str) -> list[str]:
-            return [label for label in labels if label in policy.labels_for(task_id)]
-
+    labels, labels_for = scripted_labels(policy, args.labels) if args.policy == "scripted" else ([], None)
     settings = {
         "kind": "eval",
-        "tasks": task_files,
+        "tasks": files,
         "task_fingerprint": task_fingerprint(rows),
         "samples": args.samples,
         "labels": labels or None,
@@ -199,33 +190,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(str(exc))
     env_config["records_dir"] = str(run.records_dir)
     write_json(run.path / TASKS_FILE, task_meta(rows))
-    jobs = plan_jobs(rows, run.run_id, args.samples, labels_for)
-    if not jobs:
-        raise UsageError("no episodes to run: no scripted trajectory matches these tasks and labels")
-    run.write_plan(jobs)  # before any episode: one that raises leaves no record, the plan counts it
     try:
-        pending = set(run.pending([job.episode_id for job in jobs]))
-    except RunDirError as exc:
+        outcome = run_planned(
+            rows,
+            env_config,
+            policy,
+            samples=args.samples,
+            labels_for=labels_for,
+            run=run,
+            run_id=run.run_id,
+            concurrency=args.concurrency,
+            label="eval",
+            console=console,
+        )
+    except (NothingToRun, RunDirError) as exc:
         raise UsageError(str(exc))
-    left = [job for job in jobs if job.episode_id in pending]
-    results: list[EpisodeResult] = []
-    stop = threading.Event()
-    from deepanalyze_env.cli.rollout import progress_info
-
-    with progress_bar("eval", total=len(jobs), console=console, completed=len(jobs) - len(left)) as (
-        progress,
-        bar,
-    ):
-
-        def on_result(result: EpisodeResult) -> None:
-            results.append(result)
-            progress.update(bar, advance=1 if result.finished else 0, info=progress_info(results))
-
-        try:
-            run_jobs(left, env_config, policy, concurrency=args.concurrency, on_result=on_result, stop=stop)
-        except KeyboardInterrupt:
-            console.print("[yellow]interrupted[/yellow]: rerun with --resume to finish the eval")
-            return 130
+    if outcome.interrupted:
+        console.print("[yellow]interrupted[/yellow]: rerun with --resume to finish the eval")
+        return 130
+    jobs, results = outcome.jobs, outcome.results
     run.consolidate([job.episode_id for job in jobs])
     per_task = max(Counter(job.task_index for job in jobs).values())  # pass@k up to this k
     report = write_report(run.path, per_task, args.accuracy_component, args.pass_threshold)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import threading
 from collections import Counter
 from typing import Any
 
@@ -23,8 +22,8 @@ from deepanalyze_env.cli.common import (
     console,
     load_env_config,
     make_parser,
+    task_files,
 )
-from deepanalyze_env.offline.report import progress_bar
 
 TABLE_LIMIT = 40  # print one row per episode up to this many, else a per-method summary
 
@@ -118,8 +117,8 @@ def build_policy(args: argparse.Namespace) -> Any:
 def cmd_rollout(args: argparse.Namespace) -> int:
     from deepanalyze_env.core.filters import FilterError, RecordFilter
     from deepanalyze_env.core.tasks import load_task_files
-    from deepanalyze_env.offline.rollout import EpisodeResult, plan_jobs, run_jobs
     from deepanalyze_env.offline.rundir import RunDir, RunDirError, task_fingerprint
+    from deepanalyze_env.offline.runner import NothingToRun, run_planned, scripted_labels
 
     if args.samples < 1:
         raise UsageError("--samples must be >= 1")
@@ -134,23 +133,14 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         except FilterError as exc:
             raise UsageError(f"--keep: {exc}")
     env_config = load_env_config(args)
-    task_files = args.tasks or sorted(str(p) for p in (SHIPPED_DATA / "tasks").glob("*.jsonl"))
-    env_config.setdefault("workspace_root", str(SHIPPED_DATA))
-    rows = load_task_files(task_files, env_config.get("workspace_root"))
+    files = task_files(args, env_config)
+    rows = load_task_files(files, env_config.get("workspace_root"))
     policy = build_policy(args)
-    labels_for = None
-    labels: list[str] = []
-    if args.policy == "scripted":
-        labels = [x.strip() for x in args.labels.split(",") if x.strip()]
-
-        def labels_for(task_id: str) -> list[str]:
-            return [label for label in labels if label in policy.labels_for(task_id)]
-
+    labels, labels_for = scripted_labels(policy, args.labels) if args.policy == "scripted" else ([], None)
     run = None
-    run_id = args.run_id or "local"
     if args.out:
         settings = {
-            "tasks": [str(p) for p in task_files],
+            "tasks": [str(p) for p in files],
             "task_fingerprint": task_fingerprint(rows),
             "samples": args.samples,
             "labels": labels or None,
@@ -162,51 +152,40 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             run = RunDir.open(args.out, settings, resume=args.resume, run_id=args.run_id)
         except RunDirError as exc:
             raise UsageError(str(exc))
-        run_id = run.run_id
         env_config["records_dir"] = str(run.records_dir)
         if keep is None and run.manifest.get("keep"):
             keep = RecordFilter(run.manifest["keep"])
-    jobs = plan_jobs(rows, run_id, args.samples, labels_for)
-    if not jobs:
-        raise UsageError("no episodes to run: no scripted trajectory matches these tasks and labels")
-    jobs_left = jobs
-    if run is not None:
-        run.write_plan(jobs)  # stats counts the planned episodes that left no record
-        try:
-            pending = set(run.pending([job.episode_id for job in jobs]))
-        except RunDirError as exc:
-            raise UsageError(str(exc))
-        jobs_left = [job for job in jobs if job.episode_id in pending]
-    done_before = len(jobs) - len(jobs_left)
+    try:
+        outcome = run_planned(
+            rows,
+            env_config,
+            policy,
+            samples=args.samples,
+            labels_for=labels_for,
+            run=run,
+            run_id=run.run_id if run is not None else (args.run_id or "local"),
+            concurrency=args.concurrency,
+            label="rollout",
+            console=console,
+            eta=True,
+        )
+    except (NothingToRun, RunDirError) as exc:
+        raise UsageError(str(exc))
+    return _finish(outcome, run, keep)
 
-    results: list[EpisodeResult] = []
-    stop = threading.Event()
-    interrupted = False
-    with progress_bar("rollout", total=len(jobs), console=console, completed=done_before, eta=True) as (
-        progress,
-        bar,
-    ):
 
-        def on_result(result: EpisodeResult) -> None:
-            results.append(result)
-            progress.update(bar, advance=1 if result.finished else 0, info=progress_info(results))
-
-        try:
-            run_jobs(
-                jobs_left, env_config, policy, concurrency=args.concurrency, on_result=on_result, stop=stop
-            )
-        except KeyboardInterrupt:
-            interrupted = True
-    if not jobs_left:
+def _finish(outcome: Any, run: Any, keep: Any) -> int:
+    """Print what the run did, consolidate its folder, and choose the exit code."""
+    jobs, results, failed = outcome.jobs, outcome.results, outcome.failed
+    if outcome.done_before == len(jobs):
         console.print(f"nothing left to run: all {len(jobs)} episodes are recorded")
     elif len(results) <= TABLE_LIMIT:
         print_results(results)
     else:
         print_summary(results)
-    failed = [r for r in results if not r.finished and r.failure != "interrupted"]
     if run is not None:
-        n, kept = run.consolidate([job.episode_id for job in jobs], keep)
-        missing = run.missing([job.episode_id for job in jobs])
+        n, kept = run.consolidate(outcome.episode_ids, keep)
+        missing = run.missing(outcome.episode_ids)
         line = f"{n} episode records in [bold]{run.path / 'episodes.jsonl'}[/bold]"
         if kept is not None:
             line += f", {kept} kept in [bold]{run.path / 'kept.jsonl'}[/bold]"
@@ -223,7 +202,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             f"{first.task_id}: {first.error}",
             highlight=False,
         )
-    if interrupted:
+    if outcome.interrupted:
         console.print("[yellow]interrupted[/yellow]: episodes in flight were dropped")
         return 130
     return 1 if failed else 0
@@ -238,14 +217,6 @@ def _policy_settings(args: argparse.Namespace) -> dict[str, Any]:
         "max_tokens": args.policy_max_tokens,
         "layout": args.policy_layout,
     }
-
-
-def progress_info(results: list[Any]) -> str:
-    scored = [r.reward for r in results if r.status == "scored" and r.reward is not None]
-    mean = f"{sum(scored) / len(scored):+.3f}" if scored else "–"
-    counts = Counter(r.status for r in results)
-    parts = [f"mean reward {mean}"] + [f"{k} {v}" for k, v in sorted(counts.items())]
-    return " · ".join(parts)
 
 
 def print_results(results: list[Any]) -> None:

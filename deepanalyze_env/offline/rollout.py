@@ -46,7 +46,7 @@ class EpisodeJob:
 
 
 @dataclass
-class EpisodeResult:
+class EpisodeOutcome:
     """How one planned episode of a rollout or eval ended: its reward and metadata, or why it did not
     finish (config, policy or interruption)."""
 
@@ -106,7 +106,7 @@ def run_episode(
     label: str | None = None,
     *,
     stop: threading.Event | None = None,
-) -> EpisodeResult:
+) -> EpisodeOutcome:
     """One episode from ``init`` to the final step; the record is written by ``env.close()``.
 
     ``job`` may be a bare dataset row (then the env picks a random episode id).
@@ -122,7 +122,7 @@ def run_episode(
     try:
         env = DeepAnalyzeEnv(env_config=config, extras=extras)
     except ConfigError as exc:
-        return EpisodeResult(
+        return EpisodeOutcome(
             job.task_id, job.label, None, error=str(exc), episode_id=job.episode_id, failure="config_error"
         )
     finished = False
@@ -153,7 +153,7 @@ def run_episode(
                     env.extras["usage"] = usage
                 env.timings["policy_ms"] = policy_s * 1000.0
                 env.timings["episode_ms"] = (time.monotonic() - start) * 1000.0
-                return EpisodeResult(
+                return EpisodeOutcome(
                     job.task_id,
                     job.label,
                     out["reward"],
@@ -162,16 +162,16 @@ def run_episode(
                     episode_id=job.episode_id,
                 )
     except Interrupted:
-        return EpisodeResult(job.task_id, job.label, None, episode_id=job.episode_id, failure="interrupted")
+        return EpisodeOutcome(job.task_id, job.label, None, episode_id=job.episode_id, failure="interrupted")
     except (PolicyError, ConfigError) as exc:
         log.warning("episode %s (%s) dropped: %s", job.episode_id, job.task_id, exc)
         kind = "policy_error" if isinstance(exc, PolicyError) else "config_error"
-        return EpisodeResult(
+        return EpisodeOutcome(
             job.task_id, job.label, None, error=str(exc), episode_id=job.episode_id, failure=kind
         )
     except Exception as exc:  # a policy bug must cost one episode, not the run
         log.exception("episode %s (%s) dropped: the policy raised", job.episode_id, job.task_id)
-        return EpisodeResult(
+        return EpisodeOutcome(
             job.task_id,
             job.label,
             None,
@@ -189,16 +189,16 @@ def run_jobs(
     policy: Policy,
     *,
     concurrency: int = 1,
-    on_result: Callable[[EpisodeResult], None] | None = None,
+    on_result: Callable[[EpisodeOutcome], None] | None = None,
     stop: threading.Event | None = None,
-) -> list[EpisodeResult]:
+) -> list[EpisodeOutcome]:
     """Run ``jobs`` with up to ``concurrency`` episodes in flight; results in completion order.
 
     Jobs are submitted only as slots free up, so on ``stop`` (or Ctrl-C in the calling thread,
     which sets it) nothing new starts and episodes in flight end at their next turn boundary.
     """
     stop = stop or threading.Event()
-    results: list[EpisodeResult] = []
+    results: list[EpisodeOutcome] = []
     pending = iter(jobs)
     in_flight: set[Future] = set()
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="episode")
