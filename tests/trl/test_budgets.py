@@ -78,20 +78,9 @@ def test_a_recipe_budget_check_is_reported_by_train_check(tmp_path, smollm2_dir,
         + json.dumps(record([SHORT], [], episode_id="e2"))
         + "\n"
     )
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(
-        json.dumps(
-            {
-                "id": "q1",
-                "method": "qa_plain",
-                "instruction": "Which store?",
-                "data": "data",
-                "workspace_id": "ws",
-                "reward_spec": {"method": "qa_plain", "ground_truth": "B"},
-            }
-        )
-        + "\n"
-    )
+    from tests.trl.test_train_command import _tasks
+
+    tasks = _tasks(tmp_path, [{"method": "qa_plain", "ground_truth": "B"}])
     import yaml
 
     recipe = tmp_path / "recipe.yaml"
