@@ -554,12 +554,28 @@ _CAP_V3 = 0x20080522
 
 
 def _chown_tree(path: str, uid: int, gid: int) -> None:
-    """Hand the episode's scratch copy to the cells' uid (never following links out of it)."""
-    os.lchown(path, uid, gid)
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in dirnames + filenames:
+    """Hand the episode's scratch copy to the cells' uid (never following links out of it).
+
+    Only a fresh copy needs it (the trainer copied it as root): once the workspace belongs to
+    ``uid`` every file in it was made by a cell, already as ``uid``, so a replacement worker
+    skips the walk — a cell's 1,200-deep or million-file tree cannot delay its respawn. The
+    walk keeps its own stack (Python 3.11's ``os.walk`` recurses once per level)."""
+    if os.lstat(path).st_uid == uid:
+        return
+    stack = [path]
+    while stack:
+        here = stack.pop()
+        try:
+            with os.scandir(here) as scanner:
+                entries = list(scanner)
+        except OSError:
+            continue
+        for entry in entries:
             with contextlib.suppress(OSError):
-                os.lchown(os.path.join(dirpath, name), uid, gid)
+                os.lchown(entry.path, uid, gid)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    os.lchown(path, uid, gid)  # last: an interrupted walk is redone by the next worker
 
 
 def drop_privileges(uid: int | None) -> dict:
