@@ -81,7 +81,6 @@ SPAWN_TIMEOUT_S = 30.0
 CGROUP_KILL_WAIT_S = 0.5
 MAX_REPLY_BYTES = 64 * 1024  # a cell's reply is a status line; anything bigger is forged
 MAX_HELLO_BYTES = 64 * 1024
-EXIT_REPORT_WAIT_S = 1.0  # how long to wait for the server's report of a dead worker
 DRAIN_LIMIT_S = 0.25  # bound on reading output a cell's leftovers keep writing
 
 
@@ -222,19 +221,6 @@ class KernelServer:
                     for old in list(self._exits)[:2048]:
                         del self._exits[old]
 
-    def exit_status(self, pid: int, wait_s: float = EXIT_REPORT_WAIT_S) -> int | None:
-        """The wait status the server reaped ``pid`` with, or None if not reported in time."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            with self._chan_lock:
-                self._drain_reports()
-                if pid in self._exits:
-                    return self._exits.pop(pid)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self.alive():
-                return None
-            select.select([self._chan], [], [], min(remaining, 0.05))
-
     def spawn(self, workspace: str, memory_mb: int | None, stateful: bool, cpu_backstop_s: int | None):
         """Fork a worker; returns (control socket, output read fd, hello, pidfd) — hello has the
         sandbox protections in force; the pidfd is how the worker is killed, never its pid."""
@@ -298,13 +284,17 @@ class KernelServer:
 class Kernel:
     """One episode's worker: run cells, enforce the wall-clock limit, restart after a kill.
 
-    Attribution (who is to blame when the worker dies): the policy, whenever a cell has run in
-    that worker — timers, signals, threads and processes a cell left, a fork server it killed
-    are all the cell's doing, so the turn is ``crashed``. Only a worker that dies before any
-    cell ran in it, or (with a PID namespace) one killed by SIGKILL from outside its namespace
-    — which nothing inside can send — while the host's OOM killer stayed quiet since the
-    worker started, raises
-    ``KernelLost`` (``environment_error``).
+    Attribution is decided here, from the trainer side only (docs/design.md section 12). Once a
+    cell of the episode has run, any death of its worker, any failure to start its replacement
+    and any odd exit is the policy's (the turn is ``crashed``, or ``timeout``): exit statuses,
+    signals and siginfo are not evidence, since a cell can forge all of them (``rt_sigqueueinfo``
+    on itself with a kernel ``si_code``, ``RLIMIT_CPU``...). ``KernelLost``
+    (``environment_error``) needs evidence the worker cannot write: no cell of the episode ran
+    yet; the host's OOM-kill counter moved since the worker started (an idle death only); the
+    fork server, which cells cannot reach from their PID namespace, is dead; or the episode's
+    workspace folder is gone from the trainer's view while cells could not remove it (read-only
+    filesystem: it is a mount point to them). The env's own kills (timeout, recycle, close) are
+    never deaths to attribute.
     """
 
     def __init__(
@@ -342,7 +332,6 @@ class Kernel:
         self.recycled = 0
         self.violations = 0
         self._seq = 0
-        self._cells_in_worker = 0
         self._oom_kills = 0
         self._start()
 
@@ -359,7 +348,6 @@ class Kernel:
         self.pid = _pidfd_pid(self._pidfd) or int(hello.get("pid") or 0) or None
         self.sandbox = dict(hello.get("sandbox") or {})
         self.cgroup = self.sandbox.get("cgroup")
-        self._cells_in_worker = 0
         self._oom_kills = _oom_kills()  # an OOM kill anywhere since then makes a death ambiguous
 
     def _kill(self) -> None:
@@ -406,17 +394,38 @@ class Kernel:
         except OSError:
             return True
 
-    def _killed_from_outside(self) -> bool:
-        """Can the env show that a dead worker's death came from outside the episode?"""
-        if self._cells_in_worker == 0:
-            return True  # no policy code ever ran in it
-        if not self.sandbox.get("pid_ns") or self.pid is None:
-            return False
-        status = self.server.exit_status(self.pid)
-        if status is None or not os.WIFSIGNALED(status) or os.WTERMSIG(status) != signal.SIGKILL:
-            return False
-        # Inside its namespace nothing can SIGKILL the init; the kernel can (OOM killer).
-        return _oom_kills() == self._oom_kills
+    def _outside_cause(self, idle: bool) -> str | None:
+        """Trainer-side evidence that a worker's death (or its replacement's failure to start)
+        came from outside the episode; None when it is the policy's. See the class docstring."""
+        if self._seq == 0:
+            return "before any cell of the episode ran"
+        gone = self._workspace_removed()
+        if gone:
+            return gone
+        if self.sandbox.get("pid_ns") and not self.server.alive():
+            return f"the fork server died (exit status {self.server.proc.poll()})"
+        if idle and _oom_kills() != self._oom_kills:
+            return "the host's OOM killer ran while it was idle"
+        return None
+
+    def _workspace_removed(self) -> str | None:
+        if self.sandbox.get("fs") == "readonly" and not os.path.isdir(self.workspace):
+            return f"the episode's workspace {self.workspace} was removed from outside the episode"
+        return None
+
+    def _replace_worker(self) -> CellResult | None:
+        """Start the next worker after a timeout, crash or recycle; None when it said hello.
+        A failure is the policy's (a crashed turn) unless ``_outside_cause`` finds evidence."""
+        try:
+            self._start()
+            return None
+        except KernelError as exc:
+            cause = self._outside_cause(idle=False)
+            if cause is not None:
+                raise KernelLost(f"the kernel worker could not be restarted ({cause or exc})") from exc
+            log.info("replacement worker failed to start after a cell ran: %s", exc)
+            self.restarts += 1
+            return CellResult("crashed", self._restart_failed_message(), 0.0, False, "KernelDied")
 
     def _drain_stale(self) -> None:
         """Drop output written between cells (background threads of an earlier cell)."""
@@ -427,13 +436,20 @@ class Kernel:
 
     def run(self, code: str) -> CellResult:
         """Run one cell. Raises KernelLost/KernelError only for faults outside the policy."""
-        if self._ctrl is None:
-            self._start()  # after a timeout or crash (already reported in that cell's output)
-        elif self._died_while_idle():
-            outside = self._killed_from_outside()
+        gone = self._workspace_removed()
+        if gone:
             self._kill()
-            if outside:
-                raise KernelLost("the kernel worker died between cells (killed from outside)")
+            raise KernelLost(gone)
+        if self._ctrl is None:
+            # After a timeout, crash or recycle (already reported in that cell's output).
+            failed = self._replace_worker()
+            if failed is not None:
+                return failed
+        elif self._died_while_idle():
+            cause = self._outside_cause(idle=True)
+            self._kill()
+            if cause is not None:
+                raise KernelLost(f"the kernel worker died between cells ({cause})")
             self.restarts += 1
             return CellResult("crashed", self._idle_death_message(), 0.0, False, "KernelDied")
         self._drain_stale()
@@ -441,7 +457,6 @@ class Kernel:
         start = time.monotonic()
         deadline = start + self.timeout_s
         self._seq += 1
-        self._cells_in_worker += 1
         try:
             self._ctrl.setblocking(True)
             wire.send_msg(self._ctrl, {"op": "cell", "seq": self._seq, "code": code})
@@ -493,6 +508,11 @@ class Kernel:
         self._drain_into(output)
         if violation is not None:
             self.violations += 1
+        if status == "crashed" and violation is None:
+            cause = self._outside_cause(idle=False)
+            if cause is not None:
+                self._kill()
+                raise KernelLost(f"the kernel worker died during the cell ({cause})")
         if status not in ("ok", "error"):
             self._kill()
             self.restarts += 1
@@ -580,6 +600,14 @@ class Kernel:
         return (
             "[Error]:\nKernelDied: the kernel died after the previous cell (a timer, signal, thread "
             "or process that cell left behind); this cell did not run. The kernel was restarted."
+        )
+
+    def _restart_failed_message(self) -> str:
+        if self.crash_template is not None:
+            return self.crash_template
+        return (
+            "[Error]:\nKernelDied: the kernel could not be restarted after the previous cell (what "
+            "that cell left in the workspace stops a new kernel from starting); this cell did not run."
         )
 
     def _violation_message(self, why: str) -> str:

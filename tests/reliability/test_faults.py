@@ -38,9 +38,8 @@ def only_record(records: Path) -> dict:
     return record
 
 
-def test_idle_worker_sigkilled_between_cells(workspace_root: Path, tmp_path: Path):
+def test_idle_worker_sigkilled_before_any_cell(workspace_root: Path, tmp_path: Path):
     env = make(workspace_root, tmp_path / "rec")
-    assert env.step(code("print(1)"))["metadata"]["exec"]["status"] == "ok"
     pid = env.kernel.pid
     os.kill(pid, signal.SIGKILL)
     assert wait_gone(pid)
@@ -49,7 +48,7 @@ def test_idle_worker_sigkilled_between_cells(workspace_root: Path, tmp_path: Pat
     meta = out["metadata"]
     assert out["done"] is True and isinstance(out["reward"], float)
     assert meta["reward_status"] == "environment_error"
-    assert "killed from outside" in meta["error"]
+    assert "before any cell of the episode ran" in meta["error"]
     record = only_record(tmp_path / "rec")
     assert record["reward_status"] == "environment_error" and record["error"] == meta["error"]
     assert not env.workspace.path.exists()
