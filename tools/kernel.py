@@ -73,8 +73,17 @@ KERNEL_ENV_ALLOWLIST = frozenset(
 )
 
 
+# Thread pools default to one thread per worker unless the trainer's environment says otherwise:
+# many episodes share the cores anyway, and an idle pool thread is a thread the leftover check
+# (counted from outside, docs/design.md section 12) cannot tell from one a cell left running.
+KERNEL_THREAD_DEFAULTS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def kernel_environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k in KERNEL_ENV_ALLOWLIST or k.startswith("LC_")}
+    env = {k: v for k, v in os.environ.items() if k in KERNEL_ENV_ALLOWLIST or k.startswith("LC_")}
+    for key, value in KERNEL_THREAD_DEFAULTS.items():
+        env.setdefault(key, value)
+    return env
 
 
 SPAWN_TIMEOUT_S = 30.0
@@ -82,6 +91,15 @@ CGROUP_KILL_WAIT_S = 0.5
 MAX_REPLY_BYTES = 64 * 1024  # a cell's reply is a status line; anything bigger is forged
 MAX_HELLO_BYTES = 64 * 1024
 DRAIN_LIMIT_S = 0.25  # bound on reading output a cell's leftovers keep writing
+# After a reply the worker must be back waiting for a request (Kernel._worker_idle) before it
+# spends this much CPU, sleeps this long elsewhere, or this much time passes.
+IDLE_CPU_S = 0.05
+IDLE_SLEEP_S = 0.05
+IDLE_WALL_S = 5.0
+# Per architecture: the syscalls the worker loop waits in (read, recvfrom, recvmsg), and futex
+# (a thread waiting for the GIL, not a sign of anything).
+_ARCH_SYSCALLS = {"x86_64": ({"0", "45", "47"}, "202"), "aarch64": ({"63", "207", "212"}, "98")}
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class KernelError(RuntimeError):
@@ -513,10 +531,15 @@ class Kernel:
             if cause is not None:
                 self._kill()
                 raise KernelLost(f"the kernel worker died during the cell ({cause})")
+        if reply is not None and violation is None and not self._worker_idle():
+            # The reply came, yet the worker is not back waiting for a request: a cell wrote
+            # the reply itself and kept running. It does not outlive its turn.
+            violation, status = "a reply while the cell kept running", "crashed"
+            self.violations += 1
         if status not in ("ok", "error"):
             self._kill()
             self.restarts += 1
-        elif reply and reply.get("leftovers") and not self.stateful:
+        elif not self.stateful and (reply.get("leftovers") or self._leftovers()):
             # Threads or processes outlive the cell: recycle the worker so they cannot run on
             # into later cells (free without stateful cells: the next cell starts fresh anyway).
             self._kill()
@@ -536,6 +559,63 @@ class Kernel:
             truncated=output.truncated,
             error_type=error_type if isinstance(error_type, str) else None,
         )
+
+    def _leftovers(self) -> bool:
+        """Counted from this side, whatever the worker replied: threads of the worker (its
+        /proc task list), its children (with a PID namespace every process of the episode
+        descends from the worker, orphans included) and processes in its pids cgroup."""
+        pid = self.pid
+        if pid is None:
+            return False
+        try:
+            if len(os.listdir(f"/proc/{pid}/task")) > 1:
+                return True
+            with open(f"/proc/{pid}/task/{pid}/children") as fh:
+                if fh.read().split():
+                    return True
+        except OSError:
+            return False
+        if self.cgroup and not self.sandbox.get("pid_ns"):  # in a namespace: all are children
+            return any(p != pid and _running(p) for p in sandboxing.cgroup_pids(self.cgroup))
+        return False
+
+    def _worker_idle(self) -> bool:
+        """After a reply the worker's main thread must go back to waiting for the next request
+        (``/proc/<pid>/syscall``: read/recvfrom/recvmsg). It is judged by what it does, not by
+        the clock, so a loaded host cannot fail an honest worker: it is not idle once it spent
+        ``IDLE_CPU_S`` of CPU time since the reply (a cell computing on), or slept
+        ``IDLE_SLEEP_S`` in any other syscall but a futex (a cell sleeping on), or is still not
+        waiting after ``IDLE_WALL_S``."""
+        arch = _ARCH_SYSCALLS.get(os.uname().machine)
+        pid = self.pid
+        if pid is None or arch is None:
+            return True
+        waits, futex = arch
+        start = time.monotonic()
+        first_cpu: float | None = None
+        asleep_since: float | None = None
+        while True:
+            try:
+                with open(f"/proc/{pid}/syscall") as fh:
+                    nr = fh.read().split(" ", 1)[0].strip()
+                with open(f"/proc/{pid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                return True  # gone (the next cell finds out) or not readable to this uid
+            if nr in waits:
+                return True
+            now = time.monotonic()
+            cpu = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+            first_cpu = cpu if first_cpu is None else first_cpu
+            if cpu - first_cpu > IDLE_CPU_S or now - start > IDLE_WALL_S:
+                return False
+            if fields[0] == "S" and nr not in ("running", "-1", futex):
+                asleep_since = now if asleep_since is None else asleep_since
+                if now - asleep_since > IDLE_SLEEP_S:
+                    return False
+            else:
+                asleep_since = None
+            time.sleep(0.0001 if now - start < 0.01 else 0.002)
 
     def _parse_reply(self, pending: bytearray) -> dict | None:
         """One reply frame from ``pending``, None while incomplete. Anything but exactly one
@@ -618,6 +698,15 @@ class Kernel:
 
     def close(self) -> None:
         self._kill()
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited process waiting to be reaped still shows in its cgroup)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _oom_kills() -> int:

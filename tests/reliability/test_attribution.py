@@ -52,8 +52,8 @@ ATTACKS = {
 }
 
 
-def make(root: Path, **executor):
-    config = {"workspace_root": str(root), "executor": {"timeout_s": 10, **executor}}
+def make(root: Path, stateful: bool = False):
+    config = {"workspace_root": str(root), "stateful_cells": stateful, "executor": {"timeout_s": 10}}
     env = skyrl_gym.make("deepanalyze", env_config=config, extras=qa_extras(task_id="attribution"))
     env.init(PROMPT)
     return env
@@ -78,7 +78,9 @@ def test_a_worker_killed_by_its_own_cell_is_the_policys_crash(
     workspace_root: Path, attack: str, pid_ns: bool, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setitem(tools.sandbox.DEFAULTS, "pid_namespace", pid_ns)
-    env = make(workspace_root)
+    # Stateful: the hidden thread stays (without stateful cells the env counts it as a leftover
+    # and recycles the worker at the end of the cell, before the thread acts: test_deadlines).
+    env = make(workspace_root, stateful=True)
     try:
         first = env.step(code(ATTACKS[attack] + "_thread.start_new_thread(later, ())\nprint('armed')"))
         assert first["metadata"]["exec"]["status"] == "ok"
