@@ -446,6 +446,23 @@ def _private_mount_namespace(libc) -> bool:
 
 
 _COVERED = ("/tmp", "/dev/shm")
+# Top-level folders cells keep (read-only): the system and the interpreter's libraries. Every
+# other top-level folder (/run, /var, /home, /root, /srv, /opt, /mnt, /work...) is covered by an
+# empty read-only tmpfs, with only the interpreter's and sys.path's folders under it bound back:
+# host service sockets (/run/docker.sock, /var/run/..., a user's agent socket) are not in the
+# cells' view, so a path-bound unix socket outside the workspace cannot be connected to.
+_KEPT_TOP = frozenset(
+    {"usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin", "etc", "proc", "sys", "dev", "tmp"}
+)
+
+
+def _hidden_top_dirs() -> list[str]:
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/"):
+            if entry.name not in _KEPT_TOP and entry.is_dir(follow_symlinks=False):
+                found.append(entry.path)
+    return sorted(found)
 
 
 def _readonly_filesystem(tmp_mb: int, pid_ns: bool, keep_root: bool = False) -> dict | None:
@@ -463,16 +480,19 @@ def _readonly_filesystem(tmp_mb: int, pid_ns: bool, keep_root: bool = False) -> 
             continue  # replaced below by the worker's own /proc
         with contextlib.suppress(OSError):
             _mount(libc, None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(point))
-    for private in _COVERED:
+    hidden = _hidden_top_dirs()
+    for private in (*_COVERED, *hidden):
         if os.path.isdir(private):
             # Opened inside the new namespace, so the fd names this namespace's copy of the mount.
             covered[private] = os.open(private, os.O_PATH | os.O_DIRECTORY)
-            # The interpreter, its venv and sys.path may live under /tmp (a CI checkout):
-            # keep them visible, read-only, on top of the fresh tmpfs.
+            # The interpreter, its venv and sys.path may live under /tmp (a CI checkout), /root
+            # or /work: keep them visible, read-only, on top of the fresh tmpfs.
             kept = _paths_under(private)
             fds = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in kept]
             try:
-                size = f"size={int(tmp_mb)}m,mode=1777"
+                # Hidden folders stay writable until the workspace is bound (``apply``), then
+                # become read-only (``_seal_hidden``).
+                size = f"size={int(tmp_mb)}m,mode=1777" if private in _COVERED else "size=1m,mode=755"
                 _mount(libc, "tmpfs", private, "tmpfs", MS_NOSUID | MS_NODEV, size)
                 for path, fd in zip(kept, fds, strict=True):
                     os.makedirs(path, exist_ok=True)
@@ -483,9 +503,21 @@ def _readonly_filesystem(tmp_mb: int, pid_ns: bool, keep_root: bool = False) -> 
                 for fd in fds:
                     os.close(fd)
     _fresh_proc(libc, pid_ns)
-    if keep_root:
+    if keep_root or os.geteuid() == 0:  # /dev/log and friends are sockets too
         _minimal_dev(libc)
+    _HIDDEN[:] = [p for p in hidden if p in covered]
     return covered
+
+
+_HIDDEN: list[str] = []  # the covered top-level folders of this worker, sealed by ``apply``
+
+
+def _seal_hidden() -> None:
+    """Make the tmpfs over each hidden top-level folder read-only (after the workspace bind)."""
+    libc = _libc()
+    for path in _HIDDEN:
+        with contextlib.suppress(OSError):
+            _mount(libc, None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=1m,mode=755")
 
 
 def _bind_workspace(workspace: str, covered: dict[str, int]) -> None:
@@ -643,8 +675,13 @@ def _capabilities_empty() -> bool:
 # ----------------------------------------------------------------------------- seccomp
 
 SCMP_ACT_ALLOW = 0x7FFF0000
-SCMP_CMP_NE, SCMP_CMP_EQ, SCMP_CMP_MASKED_EQ = 1, 4, 7
-_EPERM, _ENOSYS, _EOPNOTSUPP = 1, 38, 95
+SCMP_CMP_NE, SCMP_CMP_EQ, SCMP_CMP_GT, SCMP_CMP_MASKED_EQ = 1, 4, 6, 7
+_EPERM, _ENOSYS, _EOPNOTSUPP, _EAFNOSUPPORT = 1, 38, 95, 97
+# Socket families cells may create: AF_UNIX (socket pairs and multiprocessing inside the
+# episode; path sockets of the host are out of view, see _hidden_top_dirs), AF_INET and AF_INET6
+# (an empty network namespace unless ``sandbox.network``). Every other family — AF_NETLINK,
+# AF_VSOCK (the hypervisor), AF_PACKET, AF_ALG, AF_BLUETOOTH, AF_XDP... — fails EAFNOSUPPORT.
+ALLOWED_SOCKET_FAMILIES = (1, 2, 10)
 _NS_FLAGS = (
     CLONE_NEWNS,
     CLONE_NEWUTS,
@@ -756,6 +793,12 @@ def build_seccomp_program() -> bytes | str:
             rule(name, _errno_action(_EPERM))
         for flag in _NS_FLAGS:  # threads and processes, but no new namespaces
             rule("clone", _errno_action(_EPERM), (0, SCMP_CMP_MASKED_EQ, flag, flag))
+        for call in ("socket", "socketpair"):  # an allowlist: every family number outside it
+            top = max(ALLOWED_SOCKET_FAMILIES)
+            for family in range(top):
+                if family not in ALLOWED_SOCKET_FAMILIES:
+                    rule(call, _errno_action(_EAFNOSUPPORT), (0, SCMP_CMP_EQ, family, 0))
+            rule(call, _errno_action(_EAFNOSUPPORT), (0, SCMP_CMP_GT, top, 0))
         # clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
         rule("clone3", _errno_action(_ENOSYS))
         # fallocate can reserve blocks past RLIMIT_FSIZE; posix_fallocate falls back to writes.
@@ -860,6 +903,8 @@ def apply(
         active["fs"] = prepared["fs"]
         if prepared["covered"] is not None and workspace:
             _bind_workspace(os.path.realpath(workspace), prepared["covered"])
+        if prepared["fs"] == "readonly":
+            _seal_hidden()
     except OSError as exc:
         # Half-applied is unsafe to run in (the workspace may be hidden): give up loudly.
         raise RuntimeError(f"filesystem setup failed: {exc}") from exc
