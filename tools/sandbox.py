@@ -117,7 +117,9 @@ def server_cgroup(server_pid: int) -> str | None:
 
 
 def join_new_cgroup(server_dir: str, pid: int, max_processes: int | None) -> str | None:
-    """Move ``pid`` (the calling worker) into a fresh cgroup of its own; returns its path."""
+    """Move the calling worker (host pid ``pid``, which names the folder) into a fresh cgroup of
+    its own; returns its path. It writes 0 ("the writer"): inside a new PID namespace its host
+    pid means nothing to the kernel."""
     path = os.path.join(server_dir, f"w{pid}")
     try:
         os.mkdir(path)
@@ -125,7 +127,7 @@ def join_new_cgroup(server_dir: str, pid: int, max_processes: int | None) -> str
             with contextlib.suppress(OSError), open(os.path.join(path, "pids.max"), "w") as fh:
                 fh.write(str(int(max_processes)))
         with open(os.path.join(path, "cgroup.procs"), "w") as fh:
-            fh.write(str(pid))
+            fh.write("0")
         return path
     except OSError:
         with contextlib.suppress(OSError):
@@ -341,6 +343,44 @@ def enter_namespaces(cfg: dict) -> dict:
     if want_net and info["network"] == "open":
         info["network"] = "open (no namespace permitted)"
     return info
+
+
+_NS_FILES = ("pid", "ipc", "uts", "net")
+
+
+def unshare_for_next_child(cfg: dict) -> tuple[dict, list[int]] | None:
+    """As root, in the fork server: unshare the PID (with IPC, UTS and, without
+    ``sandbox.network``, network) namespace so that the server's *next* child is the init of a
+    fresh namespace — one fork per worker instead of a fork and a second fork in it. Returns
+    what the child will be in and descriptors of the server's own namespaces, which
+    ``restore_namespaces`` re-enters right after the fork; None where this is not possible (not
+    root, or no PID namespace wanted): the spare then does ``enter_namespaces`` itself."""
+    if os.geteuid() != 0 or not cfg.get("pid_namespace"):
+        return None
+    libc = _libc()
+    if libc is None or not hasattr(libc, "setns"):
+        return None
+    want_net = not cfg.get("network")
+    flags = CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWNET if want_net else 0)
+    saved = [os.open(f"/proc/self/ns/{name}", os.O_RDONLY | os.O_CLOEXEC) for name in _NS_FILES]
+    if libc.unshare(flags) != 0:
+        for fd in saved:
+            os.close(fd)
+        return None
+    return {"pid_ns": True, "user_ns": False, "network": "netns" if want_net else "open"}, saved
+
+
+def restore_namespaces(saved: list[int]) -> None:
+    """Back into the fork server's own namespaces (PID: for its children) after the fork."""
+    libc = _libc()
+    try:
+        for fd in saved:
+            if libc.setns(fd, 0) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns back into the fork server's namespace: {os.strerror(err)}")
+    finally:
+        for fd in saved:
+            os.close(fd)
 
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
