@@ -350,6 +350,8 @@ class Kernel:
         self.recycled = 0
         self.violations = 0
         self._seq = 0
+        self._threads_seen: int | None = None  # the worker's thread count, read after a reply
+        self._proc_fds: tuple[int, int, int] | None = None  # (pid, its /proc stat and syscall)
         self._oom_kills = 0
         self._start()
 
@@ -396,6 +398,7 @@ class Kernel:
             self._ctrl.close()
         if self._out >= 0:
             os.close(self._out)
+        self._close_proc_fds()
         self._ctrl, self._out, self._pidfd, self.pid, self.cgroup = None, -1, -1, None, None
 
     def _died_while_idle(self) -> bool:
@@ -531,6 +534,7 @@ class Kernel:
             if cause is not None:
                 self._kill()
                 raise KernelLost(f"the kernel worker died during the cell ({cause})")
+        self._threads_seen = None
         if reply is not None and violation is None and not self._worker_idle():
             # The reply came, yet the worker is not back waiting for a request: a cell wrote
             # the reply itself and kept running. It does not outlive its turn.
@@ -568,16 +572,26 @@ class Kernel:
         if pid is None:
             return False
         try:
-            if len(os.listdir(f"/proc/{pid}/task")) > 1:
+            threads = self._threads_seen
+            if threads is None:
+                threads = len(os.listdir(f"/proc/{pid}/task"))
+            if threads > 1:
                 return True
-            with open(f"/proc/{pid}/task/{pid}/children") as fh:
-                if fh.read().split():
+            with open(f"/proc/{pid}/task/{pid}/children", "rb") as fh:
+                if fh.read(64).strip():
                     return True
         except OSError:
             return False
         if self.cgroup and not self.sandbox.get("pid_ns"):  # in a namespace: all are children
             return any(p != pid and _running(p) for p in sandboxing.cgroup_pids(self.cgroup))
         return False
+
+    def _close_proc_fds(self) -> None:
+        if self._proc_fds is not None:
+            for fd in self._proc_fds[1:]:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._proc_fds = None
 
     def _worker_idle(self) -> bool:
         """After a reply the worker's main thread must go back to waiting for the next request
@@ -594,14 +608,24 @@ class Kernel:
         start = time.monotonic()
         first_cpu: float | None = None
         asleep_since: float | None = None
-        while True:
+        if self._proc_fds is None or self._proc_fds[0] != pid:
+            self._close_proc_fds()
             try:
-                with open(f"/proc/{pid}/syscall") as fh:
-                    nr = fh.read().split(" ", 1)[0].strip()
-                with open(f"/proc/{pid}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
+                self._proc_fds = (
+                    pid,
+                    os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC),
+                    os.open(f"/proc/{pid}/syscall", os.O_RDONLY | os.O_CLOEXEC),
+                )
+            except OSError:
                 return True  # gone (the next cell finds out) or not readable to this uid
+        _, stat_fd, syscall_fd = self._proc_fds
+        while True:
+            try:  # pread at 0 regenerates a /proc file: no open per poll
+                fields = os.pread(stat_fd, 1024, 0).rsplit(b")", 1)[1].decode().split()
+                nr = os.pread(syscall_fd, 24, 0).split(b" ", 1)[0].strip().decode()
+            except (OSError, IndexError):
+                return True  # gone: the next cell finds out
+            self._threads_seen = int(fields[17])  # num_threads, for _leftovers
             if nr in waits:
                 return True
             now = time.monotonic()
@@ -615,7 +639,8 @@ class Kernel:
                     return False
             else:
                 asleep_since = None
-            time.sleep(0.0001 if now - start < 0.01 else 0.002)
+            if now - start >= 0.001:  # below: it is between its send and its recv, poll on
+                time.sleep(0.0001 if now - start < 0.01 else 0.002)
 
     def _parse_reply(self, pending: bytearray) -> dict | None:
         """One reply frame from ``pending``, None while incomplete. Anything but exactly one
