@@ -72,7 +72,7 @@ def _make(root: Path):
 def _first_cell(env) -> float:
     start = time.monotonic()
     out = env.step(PRINT_CELL)
-    if out["metadata"].get("exec", {}).get("status") != "ok":
+    if out["done"] or out["metadata"]["exec"]["status"] != "ok":
         raise RuntimeError(f"first cell failed: {out['metadata']}")
     return time.monotonic() - start
 

@@ -140,9 +140,18 @@ def _pidfd_pid(pidfd: int) -> int | None:
     return None
 
 
+def _readable(fds: list, timeout_s: float) -> set[int]:
+    """The descriptors (ints or sockets) readable within ``timeout_s`` — EOF and errors count.
+    ``poll``, not ``select``: a trainer with a thousand episodes holds descriptors past 1,024,
+    which ``select`` refuses."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN | select.POLLPRI)
+    return {fd for fd, _ in poller.poll(max(0, int(timeout_s * 1000 + 0.999)))}
+
+
 def _exited(pidfd: int, wait_s: float = 0.0) -> bool:
-    readable, _, _ = select.select([pidfd], [], [], wait_s)
-    return bool(readable)
+    return bool(_readable([pidfd], wait_s))
 
 
 class KernelServer:
@@ -188,7 +197,7 @@ class KernelServer:
     def _read_ready(self) -> dict:
         assert self.proc.stdout is not None
         ready_fd = self.proc.stdout.fileno()
-        readable, _, _ = select.select([ready_fd], [], [], SERVER_START_TIMEOUT_S)
+        readable = _readable([ready_fd], SERVER_START_TIMEOUT_S)
         line = self.proc.stdout.readline() if readable else b""
         if not line:
             self.shutdown()
@@ -405,8 +414,7 @@ class Kernel:
         assert self._ctrl is not None
         if self._pidfd >= 0 and _exited(self._pidfd):
             return True
-        readable, _, _ = select.select([self._ctrl], [], [], 0)
-        if not readable:
+        if not _readable([self._ctrl], 0):
             return False
         try:
             return self._ctrl.recv(1, socket.MSG_PEEK) == b""
@@ -497,7 +505,8 @@ class Kernel:
             if remaining <= 0:
                 status = "timeout"
                 break
-            readable, _, _ = select.select(watch, [], [], remaining)
+            fds = [w if isinstance(w, int) else w.fileno() for w in watch]
+            readable = _readable(fds, remaining)
             if self._out in readable:
                 try:
                     chunk = os.read(self._out, 1 << 16)
@@ -507,7 +516,7 @@ class Kernel:
                     output.feed(chunk)
                 elif chunk == b"":
                     watch.remove(self._out)  # every writer closed; keep waiting on the reply
-            if self._ctrl in readable:
+            if self._ctrl.fileno() in readable:
                 try:
                     data = self._ctrl.recv(MAX_REPLY_BYTES + 8)
                 except BlockingIOError:

@@ -252,7 +252,9 @@ def descendants(pid: int) -> list[int]:
 def _pidfd_exited(pidfd: int) -> bool:
     import select
 
-    return bool(select.select([pidfd], [], [], 0)[0])
+    poller = select.poll()  # not select: descriptors past 1,024 are refused there
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def kill_tree_by_pidfd(pidfd: int, pid: int, timeout_s: float = 1.0) -> None:
