@@ -600,6 +600,15 @@ def _workable_settings(sandbox, cfg: dict) -> dict:
     return dict(cfg, pid_namespace=False, readonly_fs=False)
 
 
+def _poll_readable(fds: list, timeout_s: float) -> set[int]:
+    """Readable descriptors (EOF counts); ``poll``, since the channel keeps the number it had
+    in the env process, which may be past the 1,024 that ``select`` accepts."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return {fd for fd, _ in poller.poll(int(timeout_s * 1000))}
+
+
 def serve(chan_fd: int, config: dict) -> None:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     chan = socket.socket(fileno=chan_fd)
@@ -635,7 +644,7 @@ def serve(chan_fd: int, config: dict) -> None:
     while True:
         try:
             wait_s = 0 if len(spares) < SPARES else 0.5
-            readable, _, _ = select.select([chan, stdin_fd, wake_r], [], [], wait_s)
+            readable = _poll_readable([chan, stdin_fd, wake_r], wait_s)
         except InterruptedError:
             continue
         if stdin_fd in readable and not os.read(stdin_fd, 4096):
@@ -643,7 +652,7 @@ def serve(chan_fd: int, config: dict) -> None:
         if wake_r in readable:
             with contextlib.suppress(BlockingIOError, OSError):
                 os.read(wake_r, 4096)
-        if chan in readable:
+        if chan.fileno() in readable:
             if not spares:
                 spares.append(_fork_spare(stdin_fd, sandbox, server_cgroup, cfg, drop))
             result = _hand_off(chan, spares[0], workers, stdin_fd, sandbox, server_cgroup, cfg)
