@@ -314,7 +314,7 @@ class Kernel:
     Attribution is decided here, from the trainer side only (docs/design.md section 12). Once a
     cell of the episode has run, any death of its worker, any failure to start its replacement
     and any odd exit is the policy's (the turn is ``crashed``, or ``timeout``): exit statuses,
-    signals and siginfo are not evidence, since a cell can forge all of them (``rt_sigqueueinfo``
+    signals and siginfo are not evidence, since a cell can forge all of them (``rt_tgsigqueueinfo``
     on itself with a kernel ``si_code``, ``RLIMIT_CPU``...). ``KernelLost``
     (``environment_error``) needs evidence the worker cannot write: no cell of the episode ran
     yet; the host's OOM-kill counter moved since the worker started (an idle death only); the

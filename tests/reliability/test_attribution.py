@@ -149,7 +149,7 @@ def test_fork_server_killed_with_the_worker_is_an_environment_error(workspace_ro
         env.close()
 
 
-@pytest.mark.parametrize("when", ["idle", "worker_dead"])
+@pytest.mark.parametrize("when", ["idle", "worker_dead", "scratch_root"])
 def test_workspace_removed_from_outside_is_an_environment_error(workspace_root: Path, when: str):
     env = make(workspace_root)
     try:
@@ -159,7 +159,7 @@ def test_workspace_removed_from_outside_is_an_environment_error(workspace_root: 
         if when == "worker_dead":
             os.kill(env.kernel.pid, signal.SIGKILL)
             _wait_dead(env)
-        assert remove_tree(env.workspace.path)
+        assert remove_tree(env.workspace.path.parent if when == "scratch_root" else env.workspace.path)
         out = env.step(code("print(2)"))
         meta = out["metadata"]
         assert out["done"] is True and meta["reward_status"] == "environment_error"
