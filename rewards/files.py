@@ -12,15 +12,17 @@ the differences as sentences for people (``deepanalyze-rl bank`` and the tests p
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rewards.normalize import as_number, normalise_text
-from rewards.registry import register_reward
+from rewards.registry import Noted, register_reward
+from tools.policy_files import read_policy_file
 
 log = logging.getLogger(__name__)
 
@@ -58,25 +60,96 @@ def _sort_key(row: Sequence[Any]) -> tuple:
     return tuple(key)
 
 
+MAX_LINE_CHARS = 256 * 1024  # one physical line of a scored CSV (csv's own field cap is 128 KiB)
+MIN_CELL_BUDGET = 100_000  # cells kept for comparison, at least (4x the expected table's, else)
+
+
+class _Unreadable(ValueError):
+    """The policy's file cannot be compared: the reason is its problem line."""
+
+
+class _Lines:
+    """Physical lines of the decoded text, each capped at ``MAX_LINE_CHARS``; counts them."""
+
+    def __init__(self, text: io.TextIOBase):
+        self.text = text
+        self.count = 0
+
+    def __iter__(self) -> Iterator[str]:
+        while line := self.text.readline(MAX_LINE_CHARS + 1):
+            if len(line) > MAX_LINE_CHARS:
+                raise _Unreadable(f"has a line longer than {MAX_LINE_CHARS} characters")
+            self.count += 1
+            yield line
+
+
+@dataclass
+class _Table:
+    header: list[str]
+    rows: list[list[str]]  # the first rows, each cut to the header's width
+    n_rows: int  # every data row, kept or not
+    complete: bool  # False: more cells than the budget, values cannot be compared
+
+
+def _read_table(data: bytes, cell_budget: int) -> _Table:
+    """Parse CSV ``data`` with memory bounded by ``data`` itself: lines are capped, and once
+    the rows kept reach ``cell_budget`` cells parsing stops and each remaining physical line
+    counts as one row (C speed: 20 MiB of newlines is 20 million rows; as lists they took ~80x
+    the file, and parsing them seconds of trainer CPU)."""
+    text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline="")
+    lines = _Lines(text)
+    header: list[str] | None = None
+    rows: list[list[str]] = []
+    n_rows, cells = 0, 0
+    for row in csv.reader(lines):
+        if header is None:
+            header = [h.strip() for h in row]
+            continue
+        kept = row[: len(header)]
+        cells += max(1, len(kept))
+        if cells > cell_budget:
+            total = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+            return _Table(header, [], n_rows + 1 + max(0, total - lines.count), False)
+        n_rows += 1
+        rows.append(kept)
+    return _Table(header or [], rows, n_rows, True)
+
+
 def read_csv_rows(path: Path) -> tuple[list[str], list[list[str]]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.reader(fh))
-    if not rows:
-        return [], []
-    return [h.strip() for h in rows[0]], rows[1:]
+    """Header and rows of a CSV the policy wrote, through the bounded reader; raises
+    ValueError with the reason when it cannot be read or is too large to keep."""
+    found = read_policy_file(path.parent, path.name)
+    if found.data is None:
+        raise ValueError(found.refused)
+    table = _read_table(found.data, MIN_CELL_BUDGET)
+    if not table.complete:
+        raise ValueError(f"{path.name} has more than {MIN_CELL_BUDGET} cells")
+    return table.header, table.rows
 
 
 def compare_table(path: Path, expected: Mapping[str, Any]) -> FileDiff:
     """How far the CSV at ``path`` is from ``expected`` (``columns``, ``rows``, ``tolerance``)."""
+    return compare_file(path.parent, path.name, expected)
+
+
+def compare_file(workspace: Path, name: str, expected: Mapping[str, Any]) -> FileDiff:
+    """How far the CSV ``name`` in ``workspace`` is from ``expected``. A file that is missing,
+    a link, not a regular file, over the size cap or not CSV scores 0 on every component with
+    the reason as its problem: the policy's failure, never a verifier error."""
     want_cols = [str(c) for c in expected["columns"]]
     want_rows = [list(r) for r in expected["rows"]]
     tolerance = float(expected.get("tolerance", 1e-6))
-    if not path.is_file():
-        return FileDiff(0.0, 0.0, 0.0, [f"{path.name} was not written"])
+    found = read_policy_file(workspace, name)
+    if found.data is None:
+        return FileDiff(0.0, 0.0, 0.0, [str(found.refused)])
+    budget = max(MIN_CELL_BUDGET, 4 * max(1, len(want_cols)) * max(1, len(want_rows)))
     try:
-        got_cols, got_rows = read_csv_rows(path)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        return FileDiff(0.0, 0.0, 0.0, [f"{path.name} is not a readable CSV file ({exc})"])
+        table = _read_table(found.data, budget)
+    except _Unreadable as exc:
+        return FileDiff(0.0, 0.0, 0.0, [f"{name} is not a readable CSV file (it {exc})"])
+    except (UnicodeDecodeError, csv.Error) as exc:
+        return FileDiff(0.0, 0.0, 0.0, [f"{name} is not a readable CSV file ({exc})"])
+    got_cols, got_rows = table.header, table.rows
     problems: list[str] = []
     shared = [c for c in want_cols if c in got_cols]
     union = set(want_cols) | set(got_cols)
@@ -85,12 +158,14 @@ def compare_table(path: Path, expected: Mapping[str, Any]) -> FileDiff:
         problems.append(f"missing columns: {', '.join(missing)}")
     if extra := [c for c in got_cols if c not in want_cols]:
         problems.append(f"unexpected columns: {', '.join(c or '(unnamed: an index column?)' for c in extra)}")
-    n_got, n_want = len(got_rows), len(want_rows)
+    n_got, n_want = table.n_rows, len(want_rows)
     rows = min(n_got, n_want) / max(n_got, n_want) if max(n_got, n_want) else 1.0
     if n_got != n_want:
         problems.append(f"{n_got} rows, expected {n_want}")
     values = 0.0
-    if shared and max(n_got, n_want):
+    if not table.complete:
+        problems.append(f"more than {budget} cells: too large to compare the values")
+    elif shared and max(n_got, n_want):
         gi = [got_cols.index(c) for c in shared]
         wi = [want_cols.index(c) for c in shared]
         got = [[r[i] if i < len(r) else "" for i in gi] for r in got_rows]
@@ -120,7 +195,8 @@ def file_match(workspace: Path | None, reward_spec: dict) -> dict[str, float]:
         raise ValueError("file_match needs reward_spec.expected_file with name, columns and rows")
     if workspace is None:
         raise ValueError("file_match needs the episode's workspace")
-    diff = compare_table(Path(workspace) / str(expected["name"]), expected)
+    diff = compare_file(Path(workspace), str(expected["name"]), expected)
     if diff.problems:
         log.info("file_match %s: %s", expected["name"], "; ".join(diff.problems))
+        return Noted(diff.components(), "; ".join(diff.problems))
     return diff.components()

@@ -19,7 +19,7 @@ from typing import Any
 
 from deepanalyze_env.core import protocol
 from rewards.methods import Method, get_method
-from rewards.registry import RewardFunction, RewardSpecError, resolve
+from rewards.registry import Noted, RewardFunction, RewardSpecError, resolve
 
 log = logging.getLogger(__name__)
 
@@ -188,11 +188,17 @@ class RewardPlan:
                 errors.append(f"{fn.name}: {type(exc).__name__}: {exc}")
         if pending:
             results.update(self._run_async(pending, ctx, errors))
+        notes: dict[str, str] = {}
         for fn in self.functions:
             if fn.name in results:
-                self._collect(fn, results[fn.name], components, errors)
+                value = results[fn.name]
+                if isinstance(value, Noted):
+                    notes[fn.name] = str(value.note)
+                    value = value.value
+                self._collect(fn, value, components, errors)
+        details = {"notes": notes} if notes else {}
         if errors:
-            return RewardOutcome(0.0, components, "verifier_error", True, None, "; ".join(errors))
+            return RewardOutcome(0.0, components, "verifier_error", True, None, "; ".join(errors), details)
         weight = {c: self.weights.get(c, 1.0) for c in components}
         total = sum(w for w in weight.values() if w > 0)
         if total <= 0:
@@ -205,7 +211,7 @@ class RewardPlan:
                 "no component with weight > 0 applied to this episode",
             )
         reward = sum(weight[c] * v for c, v in components.items() if weight[c] > 0) / total
-        return RewardOutcome(reward, components, "scored", True, None)
+        return RewardOutcome(reward, components, "scored", True, None, None, details)
 
     @staticmethod
     def _run_async(fns: list[RewardFunction], ctx: RewardContext, errors: list[str]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 CONTEXT_FIELDS = frozenset(
     {
@@ -29,6 +30,16 @@ CONTEXT_FIELDS = frozenset(
         "prefix_turns",
     }
 )
+
+
+@dataclass(frozen=True)
+class Noted:
+    """A reward function's value with why it is what it is, in a sentence (``file_match``: "out.csv
+    is a symbolic link..."): the plan scores ``value`` and the env puts ``note`` under the final
+    step's ``metadata["reward_notes"][function name]``, so a 0 that is the policy's failure says so."""
+
+    value: Any
+    note: str
 
 
 class RewardSpecError(ValueError):

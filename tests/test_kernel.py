@@ -223,3 +223,27 @@ def test_kernel_can_run_under_another_interpreter(tmp_path: Path, caplog: pytest
         assert "pandas" in k.server.failed_preloads
     finally:
         k.close()
+
+
+def test_a_kernel_works_with_descriptors_past_1024(tmp_path: Path):
+    """A trainer running a thousand episodes holds more than 1,024 descriptors; ``select``
+    refuses those (ValueError), so the kernel handle must poll."""
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 1400:
+        pytest.skip("the descriptor limit is below 1,400 here")
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        k = Kernel(tmp_path, timeout_s=5)
+        try:
+            assert k._ctrl.fileno() > 1024
+            first = k.run("print(6 * 7)")
+            assert (first.status, first.output) == ("ok", "42\n")
+            late = k.run("import time\ntime.sleep(30)")
+            assert late.status == "timeout"
+            assert k.run("print(1)").status == "ok"
+        finally:
+            k.close()
+    finally:
+        for fd in held:
+            os.close(fd)

@@ -14,6 +14,7 @@ from rewards import RewardContext, RewardPlan, RewardSpecError
 from rewards.answers import answer_match, answer_parts, parse_parts
 from rewards.components import qa_accuracy
 from rewards.files import compare_table, file_match
+from rewards.registry import Noted
 
 GATE_OK = "<Analyze>a</Analyze><Answer>x</Answer>"
 
@@ -229,7 +230,9 @@ def test_file_match_partly_right_counts_rows_and_cells(tmp_path):
 
 
 def test_file_match_missing_file_scores_zero_and_says_so(tmp_path):
-    assert file_match(tmp_path, FILE_SPEC) == {"file_schema": 0.0, "file_rows": 0.0, "file_values": 0.0}
+    assert file_match(tmp_path, FILE_SPEC) == Noted(
+        {"file_schema": 0.0, "file_rows": 0.0, "file_values": 0.0}, "clean.csv was not written"
+    )
     assert compare_table(tmp_path / "clean.csv", EXPECTED).problems == ["clean.csv was not written"]
 
 

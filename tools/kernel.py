@@ -73,16 +73,33 @@ KERNEL_ENV_ALLOWLIST = frozenset(
 )
 
 
+# Thread pools default to one thread per worker unless the trainer's environment says otherwise:
+# many episodes share the cores anyway, and an idle pool thread is a thread the leftover check
+# (counted from outside, docs/design.md section 12) cannot tell from one a cell left running.
+KERNEL_THREAD_DEFAULTS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def kernel_environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k in KERNEL_ENV_ALLOWLIST or k.startswith("LC_")}
+    env = {k: v for k, v in os.environ.items() if k in KERNEL_ENV_ALLOWLIST or k.startswith("LC_")}
+    for key, value in KERNEL_THREAD_DEFAULTS.items():
+        env.setdefault(key, value)
+    return env
 
 
 SPAWN_TIMEOUT_S = 30.0
 CGROUP_KILL_WAIT_S = 0.5
 MAX_REPLY_BYTES = 64 * 1024  # a cell's reply is a status line; anything bigger is forged
 MAX_HELLO_BYTES = 64 * 1024
-EXIT_REPORT_WAIT_S = 1.0  # how long to wait for the server's report of a dead worker
 DRAIN_LIMIT_S = 0.25  # bound on reading output a cell's leftovers keep writing
+# After a reply the worker must be back waiting for a request (Kernel._worker_idle) before it
+# spends this much CPU, sleeps this long elsewhere, or this much time passes.
+IDLE_CPU_S = 0.05
+IDLE_SLEEP_S = 0.05
+IDLE_WALL_S = 5.0
+# Per architecture: the syscalls the worker loop waits in (read, recvfrom, recvmsg), and futex
+# (a thread waiting for the GIL, not a sign of anything).
+_ARCH_SYSCALLS = {"x86_64": ({"0", "45", "47"}, "202"), "aarch64": ({"63", "207", "212"}, "98")}
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class KernelError(RuntimeError):
@@ -123,9 +140,18 @@ def _pidfd_pid(pidfd: int) -> int | None:
     return None
 
 
+def _readable(fds: list, timeout_s: float) -> set[int]:
+    """The descriptors (ints or sockets) readable within ``timeout_s`` — EOF and errors count.
+    ``poll``, not ``select``: a trainer with a thousand episodes holds descriptors past 1,024,
+    which ``select`` refuses."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN | select.POLLPRI)
+    return {fd for fd, _ in poller.poll(max(0, int(timeout_s * 1000 + 0.999)))}
+
+
 def _exited(pidfd: int, wait_s: float = 0.0) -> bool:
-    readable, _, _ = select.select([pidfd], [], [], wait_s)
-    return bool(readable)
+    return bool(_readable([pidfd], wait_s))
 
 
 class KernelServer:
@@ -171,7 +197,7 @@ class KernelServer:
     def _read_ready(self) -> dict:
         assert self.proc.stdout is not None
         ready_fd = self.proc.stdout.fileno()
-        readable, _, _ = select.select([ready_fd], [], [], SERVER_START_TIMEOUT_S)
+        readable = _readable([ready_fd], SERVER_START_TIMEOUT_S)
         line = self.proc.stdout.readline() if readable else b""
         if not line:
             self.shutdown()
@@ -221,19 +247,6 @@ class KernelServer:
                 if len(self._exits) > 4096:  # reports nobody asked for: keep the newest
                     for old in list(self._exits)[:2048]:
                         del self._exits[old]
-
-    def exit_status(self, pid: int, wait_s: float = EXIT_REPORT_WAIT_S) -> int | None:
-        """The wait status the server reaped ``pid`` with, or None if not reported in time."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            with self._chan_lock:
-                self._drain_reports()
-                if pid in self._exits:
-                    return self._exits.pop(pid)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self.alive():
-                return None
-            select.select([self._chan], [], [], min(remaining, 0.05))
 
     def spawn(self, workspace: str, memory_mb: int | None, stateful: bool, cpu_backstop_s: int | None):
         """Fork a worker; returns (control socket, output read fd, hello, pidfd) — hello has the
@@ -298,13 +311,17 @@ class KernelServer:
 class Kernel:
     """One episode's worker: run cells, enforce the wall-clock limit, restart after a kill.
 
-    Attribution (who is to blame when the worker dies): the policy, whenever a cell has run in
-    that worker — timers, signals, threads and processes a cell left, a fork server it killed
-    are all the cell's doing, so the turn is ``crashed``. Only a worker that dies before any
-    cell ran in it, or (with a PID namespace) one killed by SIGKILL from outside its namespace
-    — which nothing inside can send — while the host's OOM killer stayed quiet since the
-    worker started, raises
-    ``KernelLost`` (``environment_error``).
+    Attribution is decided here, from the trainer side only (docs/design.md section 12). Once a
+    cell of the episode has run, any death of its worker, any failure to start its replacement
+    and any odd exit is the policy's (the turn is ``crashed``, or ``timeout``): exit statuses,
+    signals and siginfo are not evidence, since a cell can forge all of them (``rt_tgsigqueueinfo``
+    on itself with a kernel ``si_code``, ``RLIMIT_CPU``...). ``KernelLost``
+    (``environment_error``) needs evidence the worker cannot write: no cell of the episode ran
+    yet; the host's OOM-kill counter moved since the worker started (an idle death only); the
+    fork server, which cells cannot reach from their PID namespace, is dead; or the episode's
+    workspace folder is gone from the trainer's view while cells could not remove it (read-only
+    filesystem: it is a mount point to them). The env's own kills (timeout, recycle, close) are
+    never deaths to attribute.
     """
 
     def __init__(
@@ -342,7 +359,8 @@ class Kernel:
         self.recycled = 0
         self.violations = 0
         self._seq = 0
-        self._cells_in_worker = 0
+        self._threads_seen: int | None = None  # the worker's thread count, read after a reply
+        self._proc_fds: tuple[int, int, int] | None = None  # (pid, its /proc stat and syscall)
         self._oom_kills = 0
         self._start()
 
@@ -359,7 +377,6 @@ class Kernel:
         self.pid = _pidfd_pid(self._pidfd) or int(hello.get("pid") or 0) or None
         self.sandbox = dict(hello.get("sandbox") or {})
         self.cgroup = self.sandbox.get("cgroup")
-        self._cells_in_worker = 0
         self._oom_kills = _oom_kills()  # an OOM kill anywhere since then makes a death ambiguous
 
     def _kill(self) -> None:
@@ -390,14 +407,14 @@ class Kernel:
             self._ctrl.close()
         if self._out >= 0:
             os.close(self._out)
+        self._close_proc_fds()
         self._ctrl, self._out, self._pidfd, self.pid, self.cgroup = None, -1, -1, None, None
 
     def _died_while_idle(self) -> bool:
         assert self._ctrl is not None
         if self._pidfd >= 0 and _exited(self._pidfd):
             return True
-        readable, _, _ = select.select([self._ctrl], [], [], 0)
-        if not readable:
+        if not _readable([self._ctrl], 0):
             return False
         try:
             return self._ctrl.recv(1, socket.MSG_PEEK) == b""
@@ -406,17 +423,38 @@ class Kernel:
         except OSError:
             return True
 
-    def _killed_from_outside(self) -> bool:
-        """Can the env show that a dead worker's death came from outside the episode?"""
-        if self._cells_in_worker == 0:
-            return True  # no policy code ever ran in it
-        if not self.sandbox.get("pid_ns") or self.pid is None:
-            return False
-        status = self.server.exit_status(self.pid)
-        if status is None or not os.WIFSIGNALED(status) or os.WTERMSIG(status) != signal.SIGKILL:
-            return False
-        # Inside its namespace nothing can SIGKILL the init; the kernel can (OOM killer).
-        return _oom_kills() == self._oom_kills
+    def _outside_cause(self, idle: bool) -> str | None:
+        """Trainer-side evidence that a worker's death (or its replacement's failure to start)
+        came from outside the episode; None when it is the policy's. See the class docstring."""
+        if self._seq == 0:
+            return "before any cell of the episode ran"
+        gone = self._workspace_removed()
+        if gone:
+            return gone
+        if self.sandbox.get("pid_ns") and not self.server.alive():
+            return f"the fork server died (exit status {self.server.proc.poll()})"
+        if idle and _oom_kills() != self._oom_kills:
+            return "the host's OOM killer ran while it was idle"
+        return None
+
+    def _workspace_removed(self) -> str | None:
+        if self.sandbox.get("fs") == "readonly" and not os.path.isdir(self.workspace):
+            return f"the episode's workspace {self.workspace} was removed from outside the episode"
+        return None
+
+    def _replace_worker(self) -> CellResult | None:
+        """Start the next worker after a timeout, crash or recycle; None when it said hello.
+        A failure is the policy's (a crashed turn) unless ``_outside_cause`` finds evidence."""
+        try:
+            self._start()
+            return None
+        except KernelError as exc:
+            cause = self._outside_cause(idle=False)
+            if cause is not None:
+                raise KernelLost(f"the kernel worker could not be restarted ({cause or exc})") from exc
+            log.info("replacement worker failed to start after a cell ran: %s", exc)
+            self.restarts += 1
+            return CellResult("crashed", self._restart_failed_message(), 0.0, False, "KernelDied")
 
     def _drain_stale(self) -> None:
         """Drop output written between cells (background threads of an earlier cell)."""
@@ -427,13 +465,20 @@ class Kernel:
 
     def run(self, code: str) -> CellResult:
         """Run one cell. Raises KernelLost/KernelError only for faults outside the policy."""
-        if self._ctrl is None:
-            self._start()  # after a timeout or crash (already reported in that cell's output)
-        elif self._died_while_idle():
-            outside = self._killed_from_outside()
+        gone = self._workspace_removed()
+        if gone:
             self._kill()
-            if outside:
-                raise KernelLost("the kernel worker died between cells (killed from outside)")
+            raise KernelLost(gone)
+        if self._ctrl is None:
+            # After a timeout, crash or recycle (already reported in that cell's output).
+            failed = self._replace_worker()
+            if failed is not None:
+                return failed
+        elif self._died_while_idle():
+            cause = self._outside_cause(idle=True)
+            self._kill()
+            if cause is not None:
+                raise KernelLost(f"the kernel worker died between cells ({cause})")
             self.restarts += 1
             return CellResult("crashed", self._idle_death_message(), 0.0, False, "KernelDied")
         self._drain_stale()
@@ -441,7 +486,6 @@ class Kernel:
         start = time.monotonic()
         deadline = start + self.timeout_s
         self._seq += 1
-        self._cells_in_worker += 1
         try:
             self._ctrl.setblocking(True)
             wire.send_msg(self._ctrl, {"op": "cell", "seq": self._seq, "code": code})
@@ -461,7 +505,8 @@ class Kernel:
             if remaining <= 0:
                 status = "timeout"
                 break
-            readable, _, _ = select.select(watch, [], [], remaining)
+            fds = [w if isinstance(w, int) else w.fileno() for w in watch]
+            readable = _readable(fds, remaining)
             if self._out in readable:
                 try:
                     chunk = os.read(self._out, 1 << 16)
@@ -471,7 +516,7 @@ class Kernel:
                     output.feed(chunk)
                 elif chunk == b"":
                     watch.remove(self._out)  # every writer closed; keep waiting on the reply
-            if self._ctrl in readable:
+            if self._ctrl.fileno() in readable:
                 try:
                     data = self._ctrl.recv(MAX_REPLY_BYTES + 8)
                 except BlockingIOError:
@@ -493,10 +538,21 @@ class Kernel:
         self._drain_into(output)
         if violation is not None:
             self.violations += 1
+        if status == "crashed" and violation is None:
+            cause = self._outside_cause(idle=False)
+            if cause is not None:
+                self._kill()
+                raise KernelLost(f"the kernel worker died during the cell ({cause})")
+        self._threads_seen = None
+        if reply is not None and violation is None and not self._worker_idle():
+            # The reply came, yet the worker is not back waiting for a request: a cell wrote
+            # the reply itself and kept running. It does not outlive its turn.
+            violation, status = "a reply while the cell kept running", "crashed"
+            self.violations += 1
         if status not in ("ok", "error"):
             self._kill()
             self.restarts += 1
-        elif reply and reply.get("leftovers") and not self.stateful:
+        elif not self.stateful and (reply.get("leftovers") or self._leftovers()):
             # Threads or processes outlive the cell: recycle the worker so they cannot run on
             # into later cells (free without stateful cells: the next cell starts fresh anyway).
             self._kill()
@@ -516,6 +572,84 @@ class Kernel:
             truncated=output.truncated,
             error_type=error_type if isinstance(error_type, str) else None,
         )
+
+    def _leftovers(self) -> bool:
+        """Counted from this side, whatever the worker replied: threads of the worker (its
+        /proc task list), its children (with a PID namespace every process of the episode
+        descends from the worker, orphans included) and processes in its pids cgroup."""
+        pid = self.pid
+        if pid is None:
+            return False
+        try:
+            threads = self._threads_seen
+            if threads is None:
+                threads = len(os.listdir(f"/proc/{pid}/task"))
+            if threads > 1:
+                return True
+            with open(f"/proc/{pid}/task/{pid}/children", "rb") as fh:
+                if fh.read(64).strip():
+                    return True
+        except OSError:
+            return False
+        if self.cgroup and not self.sandbox.get("pid_ns"):  # in a namespace: all are children
+            return any(p != pid and _running(p) for p in sandboxing.cgroup_pids(self.cgroup))
+        return False
+
+    def _close_proc_fds(self) -> None:
+        if self._proc_fds is not None:
+            for fd in self._proc_fds[1:]:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._proc_fds = None
+
+    def _worker_idle(self) -> bool:
+        """After a reply the worker's main thread must go back to waiting for the next request
+        (``/proc/<pid>/syscall``: read/recvfrom/recvmsg). It is judged by what it does, not by
+        the clock, so a loaded host cannot fail an honest worker: it is not idle once it spent
+        ``IDLE_CPU_S`` of CPU time since the reply (a cell computing on), or slept
+        ``IDLE_SLEEP_S`` in any other syscall but a futex (a cell sleeping on), or is still not
+        waiting after ``IDLE_WALL_S``."""
+        arch = _ARCH_SYSCALLS.get(os.uname().machine)
+        pid = self.pid
+        if pid is None or arch is None:
+            return True
+        waits, futex = arch
+        start = time.monotonic()
+        first_cpu: float | None = None
+        asleep_since: float | None = None
+        if self._proc_fds is None or self._proc_fds[0] != pid:
+            self._close_proc_fds()
+            try:
+                self._proc_fds = (
+                    pid,
+                    os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC),
+                    os.open(f"/proc/{pid}/syscall", os.O_RDONLY | os.O_CLOEXEC),
+                )
+            except OSError:
+                return True  # gone (the next cell finds out) or not readable to this uid
+        _, stat_fd, syscall_fd = self._proc_fds
+        while True:
+            try:  # pread at 0 regenerates a /proc file: no open per poll
+                fields = os.pread(stat_fd, 1024, 0).rsplit(b")", 1)[1].decode().split()
+                nr = os.pread(syscall_fd, 24, 0).split(b" ", 1)[0].strip().decode()
+            except (OSError, IndexError):
+                return True  # gone: the next cell finds out
+            self._threads_seen = int(fields[17])  # num_threads, for _leftovers
+            if nr in waits:
+                return True
+            now = time.monotonic()
+            cpu = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+            first_cpu = cpu if first_cpu is None else first_cpu
+            if cpu - first_cpu > IDLE_CPU_S or now - start > IDLE_WALL_S:
+                return False
+            if fields[0] == "S" and nr not in ("running", "-1", futex):
+                asleep_since = now if asleep_since is None else asleep_since
+                if now - asleep_since > IDLE_SLEEP_S:
+                    return False
+            else:
+                asleep_since = None
+            if now - start >= 0.001:  # below: it is between its send and its recv, poll on
+                time.sleep(0.0001 if now - start < 0.01 else 0.002)
 
     def _parse_reply(self, pending: bytearray) -> dict | None:
         """One reply frame from ``pending``, None while incomplete. Anything but exactly one
@@ -582,6 +716,14 @@ class Kernel:
             "or process that cell left behind); this cell did not run. The kernel was restarted."
         )
 
+    def _restart_failed_message(self) -> str:
+        if self.crash_template is not None:
+            return self.crash_template
+        return (
+            "[Error]:\nKernelDied: the kernel could not be restarted after the previous cell (what "
+            "that cell left in the workspace stops a new kernel from starting); this cell did not run."
+        )
+
     def _violation_message(self, why: str) -> str:
         return (
             f"[Error]:\nKernelDied: the kernel's reply channel was tampered with ({why}); the "
@@ -590,6 +732,15 @@ class Kernel:
 
     def close(self) -> None:
         self._kill()
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited process waiting to be reaped still shows in its cgroup)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _oom_kills() -> int:

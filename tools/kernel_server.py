@@ -416,30 +416,47 @@ def _fork_spare(stdin_fd: int, sandbox, server_cgroup: str | None, cfg: dict, dr
     """Fork a worker in advance; it waits for its episode (spec, control socket, output fd).
 
     Forking a parent that maps the whole preloaded stack costs 10-30 ms (page tables), so the
-    server keeps one spare ready and an episode start only hands it the connection. With a PID
-    namespace the spare forks once more (the namespace's init runs the cells) and exits.
+    server keeps spares ready and an episode start only hands one the connection. As root the
+    server enters the new namespaces around the fork (``unshare_for_next_child``), so the child
+    is the namespace's init; otherwise the spare enters them and forks once more.
     """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    pid = os.fork()
+    # As root the server unshares the namespaces itself, so this fork's child is already the
+    # namespace's init (one fork of the preloaded interpreter per worker, not two).
+    direct = sandbox.unshare_for_next_child(cfg)
+    try:
+        pid = os.fork()
+    except BaseException:
+        if direct is not None:
+            sandbox.restore_namespaces(direct[1])
+        raise
+    if pid != 0 and direct is not None:
+        sandbox.restore_namespaces(direct[1])
     if pid == 0:
         try:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            # The host's pid (its /proc is still the host's): it names the worker's cgroup.
+            host_pid = int(os.readlink("/proc/self")) if direct is not None else os.getpid()
             # Join a cgroup of its own now, while idle: moving a process between cgroups waits
             # for an RCU grace period (~10 ms), which would otherwise delay the episode start.
             # pids.max is set now: the worker's /sys is read-only once its mounts are prepared.
             limit = cfg.get("max_processes") if cfg.get("cgroup") else None
-            own_cgroup = sandbox.join_new_cgroup(server_cgroup, os.getpid(), limit) if server_cgroup else None
+            own_cgroup = sandbox.join_new_cgroup(server_cgroup, host_pid, limit) if server_cgroup else None
             _close_inherited(theirs, stdin_fd, [ours, *drop])
-            namespaces = sandbox.enter_namespaces(cfg)
-            if namespaces["pid_ns"]:
-                child = os.fork()
-                if child:
-                    theirs.sendall(struct.pack(">I", child))
-                    os._exit(0)
+            if direct is not None:  # its copies of the server's namespace fds went above
+                namespaces = direct[0]
+                theirs.sendall(struct.pack(">I", host_pid))
             else:
-                theirs.sendall(struct.pack(">I", os.getpid()))
+                namespaces = sandbox.enter_namespaces(cfg)
+                if namespaces["pid_ns"]:
+                    child = os.fork()
+                    if child:
+                        theirs.sendall(struct.pack(">I", child))
+                        os._exit(0)
+                else:
+                    theirs.sendall(struct.pack(">I", os.getpid()))
             prepared = sandbox.prepare(cfg, namespaces)  # while idle: off the episode's start
             spec, fds = recv_msg(theirs, with_fds=True)
             theirs.close()
@@ -583,6 +600,15 @@ def _workable_settings(sandbox, cfg: dict) -> dict:
     return dict(cfg, pid_namespace=False, readonly_fs=False)
 
 
+def _poll_readable(fds: list, timeout_s: float) -> set[int]:
+    """Readable descriptors (EOF counts); ``poll``, since the channel keeps the number it had
+    in the env process, which may be past the 1,024 that ``select`` accepts."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return {fd for fd, _ in poller.poll(int(timeout_s * 1000))}
+
+
 def serve(chan_fd: int, config: dict) -> None:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     chan = socket.socket(fileno=chan_fd)
@@ -618,7 +644,7 @@ def serve(chan_fd: int, config: dict) -> None:
     while True:
         try:
             wait_s = 0 if len(spares) < SPARES else 0.5
-            readable, _, _ = select.select([chan, stdin_fd, wake_r], [], [], wait_s)
+            readable = _poll_readable([chan, stdin_fd, wake_r], wait_s)
         except InterruptedError:
             continue
         if stdin_fd in readable and not os.read(stdin_fd, 4096):
@@ -626,7 +652,7 @@ def serve(chan_fd: int, config: dict) -> None:
         if wake_r in readable:
             with contextlib.suppress(BlockingIOError, OSError):
                 os.read(wake_r, 4096)
-        if chan in readable:
+        if chan.fileno() in readable:
             if not spares:
                 spares.append(_fork_spare(stdin_fd, sandbox, server_cgroup, cfg, drop))
             result = _hand_off(chan, spares[0], workers, stdin_fd, sandbox, server_cgroup, cfg)

@@ -117,7 +117,9 @@ def server_cgroup(server_pid: int) -> str | None:
 
 
 def join_new_cgroup(server_dir: str, pid: int, max_processes: int | None) -> str | None:
-    """Move ``pid`` (the calling worker) into a fresh cgroup of its own; returns its path."""
+    """Move the calling worker (host pid ``pid``, which names the folder) into a fresh cgroup of
+    its own; returns its path. It writes 0 ("the writer"): inside a new PID namespace its host
+    pid means nothing to the kernel."""
     path = os.path.join(server_dir, f"w{pid}")
     try:
         os.mkdir(path)
@@ -125,7 +127,7 @@ def join_new_cgroup(server_dir: str, pid: int, max_processes: int | None) -> str
             with contextlib.suppress(OSError), open(os.path.join(path, "pids.max"), "w") as fh:
                 fh.write(str(int(max_processes)))
         with open(os.path.join(path, "cgroup.procs"), "w") as fh:
-            fh.write(str(pid))
+            fh.write("0")
         return path
     except OSError:
         with contextlib.suppress(OSError):
@@ -250,7 +252,9 @@ def descendants(pid: int) -> list[int]:
 def _pidfd_exited(pidfd: int) -> bool:
     import select
 
-    return bool(select.select([pidfd], [], [], 0)[0])
+    poller = select.poll()  # not select: descriptors past 1,024 are refused there
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def kill_tree_by_pidfd(pidfd: int, pid: int, timeout_s: float = 1.0) -> None:
@@ -341,6 +345,44 @@ def enter_namespaces(cfg: dict) -> dict:
     if want_net and info["network"] == "open":
         info["network"] = "open (no namespace permitted)"
     return info
+
+
+_NS_FILES = ("pid", "ipc", "uts", "net")
+
+
+def unshare_for_next_child(cfg: dict) -> tuple[dict, list[int]] | None:
+    """As root, in the fork server: unshare the PID (with IPC, UTS and, without
+    ``sandbox.network``, network) namespace so that the server's *next* child is the init of a
+    fresh namespace — one fork per worker instead of a fork and a second fork in it. Returns
+    what the child will be in and descriptors of the server's own namespaces, which
+    ``restore_namespaces`` re-enters right after the fork; None where this is not possible (not
+    root, or no PID namespace wanted): the spare then does ``enter_namespaces`` itself."""
+    if os.geteuid() != 0 or not cfg.get("pid_namespace"):
+        return None
+    libc = _libc()
+    if libc is None or not hasattr(libc, "setns"):
+        return None
+    want_net = not cfg.get("network")
+    flags = CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWNET if want_net else 0)
+    saved = [os.open(f"/proc/self/ns/{name}", os.O_RDONLY | os.O_CLOEXEC) for name in _NS_FILES]
+    if libc.unshare(flags) != 0:
+        for fd in saved:
+            os.close(fd)
+        return None
+    return {"pid_ns": True, "user_ns": False, "network": "netns" if want_net else "open"}, saved
+
+
+def restore_namespaces(saved: list[int]) -> None:
+    """Back into the fork server's own namespaces (PID: for its children) after the fork."""
+    libc = _libc()
+    try:
+        for fd in saved:
+            if libc.setns(fd, 0) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns back into the fork server's namespace: {os.strerror(err)}")
+    finally:
+        for fd in saved:
+            os.close(fd)
 
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -446,6 +488,23 @@ def _private_mount_namespace(libc) -> bool:
 
 
 _COVERED = ("/tmp", "/dev/shm")
+# Top-level folders cells keep (read-only): the system and the interpreter's libraries. Every
+# other top-level folder (/run, /var, /home, /root, /srv, /opt, /mnt, /work...) is covered by an
+# empty read-only tmpfs, with only the interpreter's and sys.path's folders under it bound back:
+# host service sockets (/run/docker.sock, /var/run/..., a user's agent socket) are not in the
+# cells' view, so a path-bound unix socket outside the workspace cannot be connected to.
+_KEPT_TOP = frozenset(
+    {"usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin", "etc", "proc", "sys", "dev", "tmp"}
+)
+
+
+def _hidden_top_dirs() -> list[str]:
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/"):
+            if entry.name not in _KEPT_TOP and entry.is_dir(follow_symlinks=False):
+                found.append(entry.path)
+    return sorted(found)
 
 
 def _readonly_filesystem(tmp_mb: int, pid_ns: bool, keep_root: bool = False) -> dict | None:
@@ -463,16 +522,19 @@ def _readonly_filesystem(tmp_mb: int, pid_ns: bool, keep_root: bool = False) -> 
             continue  # replaced below by the worker's own /proc
         with contextlib.suppress(OSError):
             _mount(libc, None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(point))
-    for private in _COVERED:
+    hidden = _hidden_top_dirs()
+    for private in (*_COVERED, *hidden):
         if os.path.isdir(private):
             # Opened inside the new namespace, so the fd names this namespace's copy of the mount.
             covered[private] = os.open(private, os.O_PATH | os.O_DIRECTORY)
-            # The interpreter, its venv and sys.path may live under /tmp (a CI checkout):
-            # keep them visible, read-only, on top of the fresh tmpfs.
+            # The interpreter, its venv and sys.path may live under /tmp (a CI checkout), /root
+            # or /work: keep them visible, read-only, on top of the fresh tmpfs.
             kept = _paths_under(private)
             fds = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in kept]
             try:
-                size = f"size={int(tmp_mb)}m,mode=1777"
+                # Hidden folders stay writable until the workspace is bound (``apply``), then
+                # become read-only (``_seal_hidden``).
+                size = f"size={int(tmp_mb)}m,mode=1777" if private in _COVERED else "size=1m,mode=755"
                 _mount(libc, "tmpfs", private, "tmpfs", MS_NOSUID | MS_NODEV, size)
                 for path, fd in zip(kept, fds, strict=True):
                     os.makedirs(path, exist_ok=True)
@@ -483,9 +545,21 @@ def _readonly_filesystem(tmp_mb: int, pid_ns: bool, keep_root: bool = False) -> 
                 for fd in fds:
                     os.close(fd)
     _fresh_proc(libc, pid_ns)
-    if keep_root:
+    if keep_root or os.geteuid() == 0:  # /dev/log and friends are sockets too
         _minimal_dev(libc)
+    _HIDDEN[:] = [p for p in hidden if p in covered]
     return covered
+
+
+_HIDDEN: list[str] = []  # the covered top-level folders of this worker, sealed by ``apply``
+
+
+def _seal_hidden() -> None:
+    """Make the tmpfs over each hidden top-level folder read-only (after the workspace bind)."""
+    libc = _libc()
+    for path in _HIDDEN:
+        with contextlib.suppress(OSError):
+            _mount(libc, None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=1m,mode=755")
 
 
 def _bind_workspace(workspace: str, covered: dict[str, int]) -> None:
@@ -554,12 +628,28 @@ _CAP_V3 = 0x20080522
 
 
 def _chown_tree(path: str, uid: int, gid: int) -> None:
-    """Hand the episode's scratch copy to the cells' uid (never following links out of it)."""
-    os.lchown(path, uid, gid)
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in dirnames + filenames:
+    """Hand the episode's scratch copy to the cells' uid (never following links out of it).
+
+    Only a fresh copy needs it (the trainer copied it as root): once the workspace belongs to
+    ``uid`` every file in it was made by a cell, already as ``uid``, so a replacement worker
+    skips the walk — a cell's 1,200-deep or million-file tree cannot delay its respawn. The
+    walk keeps its own stack (Python 3.11's ``os.walk`` recurses once per level)."""
+    if os.lstat(path).st_uid == uid:
+        return
+    stack = [path]
+    while stack:
+        here = stack.pop()
+        try:
+            with os.scandir(here) as scanner:
+                entries = list(scanner)
+        except OSError:
+            continue
+        for entry in entries:
             with contextlib.suppress(OSError):
-                os.lchown(os.path.join(dirpath, name), uid, gid)
+                os.lchown(entry.path, uid, gid)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    os.lchown(path, uid, gid)  # last: an interrupted walk is redone by the next worker
 
 
 def drop_privileges(uid: int | None) -> dict:
@@ -627,8 +717,13 @@ def _capabilities_empty() -> bool:
 # ----------------------------------------------------------------------------- seccomp
 
 SCMP_ACT_ALLOW = 0x7FFF0000
-SCMP_CMP_NE, SCMP_CMP_EQ, SCMP_CMP_MASKED_EQ = 1, 4, 7
-_EPERM, _ENOSYS, _EOPNOTSUPP = 1, 38, 95
+SCMP_CMP_NE, SCMP_CMP_EQ, SCMP_CMP_GT, SCMP_CMP_MASKED_EQ = 1, 4, 6, 7
+_EPERM, _ENOSYS, _EOPNOTSUPP, _EAFNOSUPPORT = 1, 38, 95, 97
+# Socket families cells may create: AF_UNIX (socket pairs and multiprocessing inside the
+# episode; path sockets of the host are out of view, see _hidden_top_dirs), AF_INET and AF_INET6
+# (an empty network namespace unless ``sandbox.network``). Every other family — AF_NETLINK,
+# AF_VSOCK (the hypervisor), AF_PACKET, AF_ALG, AF_BLUETOOTH, AF_XDP... — fails EAFNOSUPPORT.
+ALLOWED_SOCKET_FAMILIES = (1, 2, 10)
 _NS_FLAGS = (
     CLONE_NEWNS,
     CLONE_NEWUTS,
@@ -740,6 +835,12 @@ def build_seccomp_program() -> bytes | str:
             rule(name, _errno_action(_EPERM))
         for flag in _NS_FLAGS:  # threads and processes, but no new namespaces
             rule("clone", _errno_action(_EPERM), (0, SCMP_CMP_MASKED_EQ, flag, flag))
+        for call in ("socket", "socketpair"):  # an allowlist: every family number outside it
+            top = max(ALLOWED_SOCKET_FAMILIES)
+            for family in range(top):
+                if family not in ALLOWED_SOCKET_FAMILIES:
+                    rule(call, _errno_action(_EAFNOSUPPORT), (0, SCMP_CMP_EQ, family, 0))
+            rule(call, _errno_action(_EAFNOSUPPORT), (0, SCMP_CMP_GT, top, 0))
         # clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
         rule("clone3", _errno_action(_ENOSYS))
         # fallocate can reserve blocks past RLIMIT_FSIZE; posix_fallocate falls back to writes.
@@ -844,6 +945,8 @@ def apply(
         active["fs"] = prepared["fs"]
         if prepared["covered"] is not None and workspace:
             _bind_workspace(os.path.realpath(workspace), prepared["covered"])
+        if prepared["fs"] == "readonly":
+            _seal_hidden()
     except OSError as exc:
         # Half-applied is unsafe to run in (the workspace may be hidden): give up loudly.
         raise RuntimeError(f"filesystem setup failed: {exc}") from exc

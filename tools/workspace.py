@@ -7,15 +7,14 @@ the owning process (pid + start time) so that the next process sweeps those a cr
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import shutil
-import sys
 import tempfile
 import threading
 import uuid
 from pathlib import Path
+
+from tools.tree import copy_tree, remove_tree, walk
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +45,28 @@ def _owner_alive(name: str) -> bool:
 
 
 def sweep_stale(root: Path | None = None) -> int:
-    """Remove scratch folders whose owning process is gone. Returns how many were removed."""
-    root = root or scratch_root()
+    """Remove scratch folders whose owning process is gone. Returns how many were removed.
+
+    Never raises: a folder that cannot be removed (or listed) is logged and skipped, so one
+    bad folder a crashed run left cannot fail every later episode on the machine. Links in
+    the scratch root are not ours (we only make folders) and are left alone."""
+    try:
+        root = root or scratch_root()
+        entries = list(os.scandir(root))
+    except OSError as exc:
+        log.error("cannot sweep the scratch root: %s", exc)
+        return 0
     removed = 0
-    for entry in root.iterdir():
-        if entry.is_dir() and not _owner_alive(entry.name):
-            shutil.rmtree(entry, ignore_errors=True)
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False) or _owner_alive(entry.name):
+                continue
+        except OSError:
+            continue
+        if remove_tree(entry.path):
             removed += 1
+        else:
+            log.warning("stale scratch folder %s could not be removed: skipped", entry.path)
     if removed:
         log.info("swept %d stale scratch folder(s) from %s", removed, root)
     return removed
@@ -66,7 +80,7 @@ def check_links(source: Path) -> None:
     """Refuse links that point outside ``source``, loop, dangle, or point at a folder that
     contains them: copying would pull host files into the episode (or never end)."""
     root = os.path.realpath(source)
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in walk(root):
         for name in dirnames + filenames:
             link = os.path.join(dirpath, name)
             if not os.path.islink(link):
@@ -103,26 +117,14 @@ class Workspace:
             check_links(source)
         try:
             if source is not None:
-                shutil.copytree(source, self.path, symlinks=False)
+                copy_tree(source, self.path)
             else:
                 self.path.mkdir()
         except BaseException:  # disk full mid-copy: leave no half-copied folder behind
             self.remove()
             raise
 
-    def remove(self) -> None:
-        handler = {"onexc": _force_remove} if sys.version_info >= (3, 12) else {"onerror": _force_remove}
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(self.path, **handler)
-
-
-def _force_remove(func, path, _exc) -> None:
-    """Cells may chmod their files read-only; make them writable and retry. A link is never
-    followed (``chmod`` would change the file it points to, maybe outside the scratch folder)."""
-    with contextlib.suppress(OSError):
-        parent = os.path.dirname(path) or "."
-        if not os.path.islink(parent):
-            os.chmod(parent, 0o700)
-        if not os.path.islink(path):
-            os.chmod(path, 0o700)
-        func(path)
+    def remove(self) -> bool:
+        """Remove the scratch folder; never raises. False (logged) when something was left:
+        the next process's sweep tries again."""
+        return remove_tree(self.path)

@@ -82,6 +82,7 @@ class FinalMetadata(TypedDict):
     turns: int  # policy turns taken
     exec: list[ExecInfo]  # per code turn
     error: NotRequired[str]  # why the status is not ``scored``
+    reward_notes: NotRequired[dict[str, str]]  # function name → why it scored what it did
     judge: NotRequired[JudgeSummary]  # present when the judge was called
 
 

@@ -446,6 +446,8 @@ class DeepAnalyzeEnv(BaseTextEnv):
         }
         if outcome.error:
             metadata["error"] = outcome.error
+        if outcome.details.get("notes"):
+            metadata["reward_notes"] = dict(outcome.details["notes"])
         if self.judge_session is not None and self.judge_session.calls:
             metadata["judge"] = self.judge_session.summary()
         self.final_metadata = metadata

@@ -26,7 +26,7 @@ import pytest
 import skyrl_gym
 
 import tools.sandbox
-import tools.workspace
+import tools.tree
 from deepanalyze_env.core.config import ConfigError
 from tests.conftest import code, pid_namespace, qa_extras
 from tests.reliability.test_hostile_cells import Case
@@ -572,8 +572,11 @@ def test_cleanup_never_changes_a_file_a_link_points_to(tmp_path: Path):
     scratch.mkdir()
     link = scratch / "link"
     link.symlink_to(host)
-    tools.workspace._force_remove(os.unlink, str(link), None)
-    assert not link.exists() and not link.is_symlink()
+    (scratch / "sub").mkdir()
+    (scratch / "sub" / "up").symlink_to(tmp_path)  # a link to a folder: removed, never entered
+    scratch.chmod(0o500)
+    assert tools.tree.remove_tree(scratch)
+    assert not scratch.exists() and host.read_text() == "x"
     assert host.stat().st_mode & 0o777 == 0o400
 
 

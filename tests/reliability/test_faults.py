@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -39,9 +38,8 @@ def only_record(records: Path) -> dict:
     return record
 
 
-def test_idle_worker_sigkilled_between_cells(workspace_root: Path, tmp_path: Path):
+def test_idle_worker_sigkilled_before_any_cell(workspace_root: Path, tmp_path: Path):
     env = make(workspace_root, tmp_path / "rec")
-    assert env.step(code("print(1)"))["metadata"]["exec"]["status"] == "ok"
     pid = env.kernel.pid
     os.kill(pid, signal.SIGKILL)
     assert wait_gone(pid)
@@ -50,7 +48,7 @@ def test_idle_worker_sigkilled_between_cells(workspace_root: Path, tmp_path: Pat
     meta = out["metadata"]
     assert out["done"] is True and isinstance(out["reward"], float)
     assert meta["reward_status"] == "environment_error"
-    assert "killed from outside" in meta["error"]
+    assert "before any cell of the episode ran" in meta["error"]
     record = only_record(tmp_path / "rec")
     assert record["reward_status"] == "environment_error" and record["error"] == meta["error"]
     assert not env.workspace.path.exists()
@@ -59,13 +57,13 @@ def test_idle_worker_sigkilled_between_cells(workspace_root: Path, tmp_path: Pat
 def test_disk_full_while_copying_the_workspace(
     workspace_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _scratch: Path
 ):
-    real_copytree = shutil.copytree
+    real_copy = tools.workspace.copy_tree
 
-    def copytree_then_enospc(src, dst, *args, **kwargs):
-        real_copytree(src, dst, *args, **kwargs)  # a partial copy exists when the disk fills
+    def copy_then_enospc(src, dst):
+        real_copy(src, dst)  # a partial copy exists when the disk fills
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
 
-    monkeypatch.setattr(tools.workspace.shutil, "copytree", copytree_then_enospc)
+    monkeypatch.setattr(tools.workspace, "copy_tree", copy_then_enospc)
     env = make(workspace_root, tmp_path / "rec")
     assert env.kernel is None
     out = env.step(code("print(1)"))
