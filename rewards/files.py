@@ -32,6 +32,9 @@ MISSING = {"", "nan", "none", "null", "na", "n/a"}
 
 @dataclass
 class FileDiff:
+    """How far a written CSV is from the expected table (schema, rows, values) and what differs, in
+    words for the episode's error text."""
+
     schema: float
     rows: float
     values: float

@@ -116,6 +116,8 @@ class ProtocolViolation(Exception):
 
 @dataclass(frozen=True)
 class CellResult:
+    """How one cell ended (status, capped output, time), as the env's watchdog and pipe reader saw it."""
+
     status: str  # "ok" | "error" | "timeout" | "crashed"
     output: str
     elapsed_ms: float

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 
 class CappedOutput:
+    """A cell's output kept as head and tail within a byte cap while the pipe is drained, so a cell that
+    prints gigabytes costs bounded memory and never blocks."""
+
     def __init__(self, max_chars: int):
         self.max_chars = max(int(max_chars), 0)
         self._head_cap = self.max_chars // 2
