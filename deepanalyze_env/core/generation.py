@@ -249,20 +249,21 @@ class GenerationEngine:
         return len(self._entries)
 
     def _take(self, ids: list[int]) -> _Entry | None:
-        """Remove and return the longest entry whose tokens start ``ids`` (at least one token of
-        ``ids`` must remain to be fed, so the entry may be cut)."""
+        """Remove and return the entry sharing the longest prefix with ``ids``, cut to that prefix
+        (keys and values of a prefix do not depend on what follows it). At least one token of
+        ``ids`` stays to be fed. A caller that re-tokenises a turn's text differently from the
+        sampled ids still reuses everything before the first difference."""
         best_key, best_len = None, 0
         for key, entry in self._entries.items():
-            n = len(entry.ids)
-            if n > best_len and n <= len(ids) and ids[:n] == entry.ids:
+            n = _common_prefix(entry.ids, ids, len(ids) - 1)
+            if n > best_len:
                 best_key, best_len = key, n
         if best_key is None:
             return None
         entry = self._entries.pop(best_key)
-        if best_len >= len(ids):
-            keep = len(ids) - 1
-            entry = _Entry(entry.ids[:keep], entry.kv[:, :, :, :keep])
-        return entry if entry.ids else None
+        if best_len < len(entry.ids):
+            entry = _Entry(entry.ids[:best_len], entry.kv[:, :, :, :best_len])
+        return entry
 
     def _put(self, entry: _Entry) -> None:
         self._entries[self._next_key] = entry
