@@ -296,11 +296,19 @@ class GenerationEngine:
         return self._tables[key]
 
     def _forward(self, model: Any, buffer: _Buffer, ids: Any, positions: Any, mask: Any) -> Any:
+        """One forward; ``mask`` is boolean (True = attend) and goes in additive (0 / dtype min),
+        the form every attention implementation adds to its scores — eager attention would add
+        a boolean mask as 0/1 — built once per forward rather than once per layer."""
+        import torch
+
+        dtype = buffer.kv.dtype
+        additive = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+        additive.masked_fill_(~mask, torch.finfo(dtype).min)
         kwargs = {self._cache_kwarg(model): buffer}
         out = model(
             input_ids=ids,
             position_ids=positions,
-            attention_mask=mask,
+            attention_mask=additive,
             use_cache=True,
             logits_to_keep=1,
             **kwargs,
