@@ -11,7 +11,7 @@ A policy maps the conversation so far to the next assistant turn. Three kinds:
 
 Policies are called from several threads at once (``--concurrency``); each keeps its own
 thread-safety (the HTTP client is thread-safe; a local model batches the waiting turns into one
-``generate``).
+round of the KV-cache engine, ``core/generation.py``).
 """
 
 from __future__ import annotations
@@ -283,8 +283,14 @@ class TransformersPolicy:
         eos = self._model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos if eos is not None else self._tok.eos_token_id]
         # entries of finished episodes age out: a few per episode in flight is plenty
+        config = self._model.generation_config  # top-k/top-p as generate would apply them
         self._engine = GenerationEngine(
-            self._tok, eos_ids=eos, temperature=self.temperature, max_entries=max(8, 4 * self.max_batch)
+            self._tok,
+            eos_ids=eos,
+            temperature=self.temperature,
+            top_k=getattr(config, "top_k", None) if self.temperature > 0 else None,
+            top_p=getattr(config, "top_p", None) if self.temperature > 0 else None,
+            max_entries=max(8, 4 * self.max_batch),
         )
 
     @property
