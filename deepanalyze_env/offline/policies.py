@@ -11,7 +11,7 @@ A policy maps the conversation so far to the next assistant turn. Three kinds:
 
 Policies are called from several threads at once (``--concurrency``); each keeps its own
 thread-safety (the HTTP client is thread-safe; a local model batches the waiting turns into one
-``generate``).
+round of the KV-cache engine, ``core/generation.py``).
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ class TurnContext:
 
 @dataclass
 class PolicyTurn:
+    """One generated turn: its text, token usage when the backend reports it, and why it stopped."""
+
     text: str
     usage: dict[str, int] | None = None  # {"prompt_tokens", "completion_tokens"} when known
     finish_reason: str | None = None
@@ -65,6 +67,9 @@ class PolicyError(RuntimeError):
 
 
 class Policy(Protocol):
+    """What ``rollout`` and ``eval`` need from a policy: a name, an id for the records, and one turn per
+    call."""
+
     name: str
     policy_id: str
 
@@ -226,14 +231,17 @@ class TransformersPolicy:
     episode's turns and observations as raw text — the token layout the TRL and SkyRL recipes
     train with (docs/design.md §11) — so a rollout sees what training would.
 
-    Concurrent episodes share the model through one batched ``generate`` per round: the first
-    waiting turn leads, collects up to ``max_batch`` turns (waiting at most ``batch_wait_s`` for
-    the other episodes' code cells to finish), left-pads them and generates them together. On
-    CPU a batch of 6 turns produces 2.9x the tokens per second of one at a time
-    (``benchmarks/policy_batching.py``). Greedy turns
-    are the same as unbatched ones (up to float rounding of padded attention); a sampled turn
-    is seeded per batch (by its first turn), so with ``max_batch > 1`` a resumed sampled run is
-    not token-for-token the uninterrupted one — use ``max_batch=1`` for that.
+    Concurrent episodes share the model through one batched round: the first waiting turn
+    leads, collects up to ``max_batch`` turns (waiting at most ``batch_wait_s`` for the other
+    episodes' code cells to finish) and generates them together. With ``kv_cache`` (the default)
+    the round goes through :class:`~deepanalyze_env.core.generation.GenerationEngine`, which
+    keeps each episode's keys and values across its turns (a turn prefills only the new
+    observation) and seeds each sampled turn by its own (episode, turn) seed, so a resumed sampled
+    run draws what the uninterrupted one drew whatever the batching (up to float rounding).
+    ``kv_cache=False`` is the earlier path — one left-padded ``generate`` over the re-read
+    conversations, a sampled batch seeded by its first turn — kept as the reference the engine is
+    tested against. Greedy turns are the same either way (``benchmarks/generation.py`` measures
+    the speed).
     """
 
     model: str = "embedded:smollm2"
@@ -243,6 +251,7 @@ class TransformersPolicy:
     device: str | None = None
     max_batch: int = 1  # the CLIs pass --concurrency
     batch_wait_s: float = 0.5
+    kv_cache: bool = True
     name: str = "transformers"
     # the chat template's extra arguments (Qwen3's enable_thinking), the same SFT and GRPO render with
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -251,6 +260,7 @@ class TransformersPolicy:
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
     _pending: list[_Request] = field(default_factory=list, repr=False)
     _busy: bool = field(default=False, repr=False)
+    _engine: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -275,6 +285,20 @@ class TransformersPolicy:
             raise ConfigError(f"--policy-model {self.model}: cannot load the model: {exc}")
         self._model.eval()
         self.device = device
+        from deepanalyze_env.core.generation import GenerationEngine
+
+        eos = self._model.generation_config.eos_token_id
+        eos = eos if isinstance(eos, list) else [eos if eos is not None else self._tok.eos_token_id]
+        # entries of finished episodes age out: a few per episode in flight is plenty
+        config = self._model.generation_config  # top-k/top-p as generate would apply them
+        self._engine = GenerationEngine(
+            self._tok,
+            eos_ids=eos,
+            temperature=self.temperature,
+            top_k=getattr(config, "top_k", None) if self.temperature > 0 else None,
+            top_p=getattr(config, "top_p", None) if self.temperature > 0 else None,
+            max_entries=max(8, 4 * self.max_batch),
+        )
 
     @property
     def policy_id(self) -> str:
@@ -322,7 +346,42 @@ class TransformersPolicy:
         return request.result
 
     def _generate(self, batch: list[_Request]) -> None:
-        """One left-padded ``generate`` for the batch; never raises (errors go to each request)."""
+        """One round for the batch; never raises (errors go to each request)."""
+        if self.kv_cache:
+            self._generate_cached(batch)
+        else:
+            self._generate_reread(batch)
+
+    def _generate_cached(self, batch: list[_Request]) -> None:
+        import torch
+
+        from deepanalyze_env.core.generation import GenRequest
+
+        started = time.monotonic()
+        try:
+            with torch.no_grad():
+                outs = self._engine.generate(
+                    self._model, [GenRequest(r.ids, self.max_tokens, r.seed) for r in batch]
+                )
+        except Exception as exc:  # handed to every waiting episode, raised there
+            error = PolicyError(f"transformers policy {self.model}: generation failed: {exc}")
+            for r in batch:
+                r.error = error if isinstance(exc, RuntimeError) else exc
+            return
+        log.debug("generated %d turns in %.1fs (kv cache)", len(batch), time.monotonic() - started)
+        pad_id = self._tok.pad_token_id if self._tok.pad_token_id is not None else self._tok.eos_token_id
+        for r, out in zip(batch, outs, strict=True):
+            self._finish(r, list(out.ids), pad_id)
+
+    def _finish(self, r: _Request, row: list[int], pad_id: int) -> None:
+        while row and row[-1] == pad_id:  # a row that stopped early is padded to the longest
+            row.pop()
+        text = protocol.truncate_action(self._tok.decode(row, skip_special_tokens=True))
+        finish = "length" if len(row) >= self.max_tokens else "stop"
+        r.result = PolicyTurn(text, {"prompt_tokens": len(r.ids), "completion_tokens": len(row)}, finish)
+
+    def _generate_reread(self, batch: list[_Request]) -> None:
+        """One left-padded ``generate`` over the whole conversations (the reference path)."""
         import torch
 
         pad_id = self._tok.pad_token_id if self._tok.pad_token_id is not None else self._tok.eos_token_id
@@ -368,11 +427,7 @@ class TransformersPolicy:
             time.monotonic() - started,
         )
         for r, row in zip(batch, out[:, width:].tolist(), strict=True):
-            while row and row[-1] == pad_id:  # a row that stopped early is padded to the longest
-                row.pop()
-            text = protocol.truncate_action(self._tok.decode(row, skip_special_tokens=True))
-            finish = "length" if len(row) >= self.max_tokens else "stop"
-            r.result = PolicyTurn(text, {"prompt_tokens": len(r.ids), "completion_tokens": len(row)}, finish)
+            self._finish(r, row, pad_id)
 
 
 # ---------------------------------------------------------------------------- construction

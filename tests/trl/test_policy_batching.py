@@ -1,7 +1,7 @@
-"""The local eval/rollout policy batches concurrent episodes' turns into one ``generate`` call.
+"""The local eval/rollout policy batches concurrent episodes' turns into one generation round.
 
 Real SmolLM2 (greedy), real threads. The oracle for each turn is the same policy with
-``max_batch=1`` (one turn per ``generate``, the behaviour before batching)."""
+``max_batch=1`` (one turn per round, the behaviour before batching)."""
 
 from __future__ import annotations
 
@@ -28,17 +28,17 @@ def _ctx(i: int) -> TurnContext:
 
 
 class CountingGenerate:
-    """Wraps the real model's ``generate`` to record each call's batch size."""
+    """Wraps the real engine's ``generate`` to record each round's batch size."""
 
-    def __init__(self, model):
-        self.inner = model.generate
+    def __init__(self, engine):
+        self.inner = engine.generate
         self.sizes: list[int] = []
         self.lock = threading.Lock()
 
-    def __call__(self, inputs, **kwargs):
+    def __call__(self, model, requests):
         with self.lock:
-            self.sizes.append(int(inputs.shape[0]))
-        return self.inner(inputs, **kwargs)
+            self.sizes.append(len(requests))
+        return self.inner(model, requests)
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +47,13 @@ def policy(smollm2_dir):
 
 
 def test_concurrent_turns_share_one_generate_and_match_unbatched_turns(policy, smollm2_dir):
-    spy = CountingGenerate(policy._model)
-    policy._model.generate = spy
+    spy = CountingGenerate(policy._engine)
+    policy._engine.generate = spy
     try:
         with ThreadPoolExecutor(3) as pool:
             batched = list(pool.map(policy.act, [_ctx(i) for i in range(3)]))
     finally:
-        del policy._model.generate
+        del policy._engine.generate
     assert spy.sizes == [3]
     policy.max_batch = 1
     try:
@@ -76,16 +76,16 @@ def test_a_lone_turn_goes_after_the_wait_window_without_a_full_batch(policy):
 
 
 def test_a_failed_generate_reaches_every_episode_in_the_batch(policy):
-    def broken(inputs, **kwargs):
+    def broken(model, requests):
         raise RuntimeError("out of memory")
 
-    policy._model.generate = broken
+    policy._engine.generate = broken
     try:
         with ThreadPoolExecutor(3) as pool:
             futures = [pool.submit(policy.act, _ctx(i)) for i in range(3)]
             errors = [f.exception(timeout=60) for f in futures]
     finally:
-        del policy._model.generate
+        del policy._engine.generate
     assert all(isinstance(e, PolicyError) and "out of memory" in str(e) for e in errors)
     assert policy.act(_ctx(1)).text  # the policy still works afterwards
 

@@ -283,3 +283,34 @@ def test_transformers_generation_stops_on_a_special_closing_tag(fresh_smollm2_to
     [out] = transformers_turns(trainer, [context], [12])
     assert out.ids == [close]
     assert env_text(tok, context + out.ids) == "<Code>\nprint(1)\n</Code>"  # the tag survives decoding
+
+
+class ClosingGenerator:
+    """A scripted generator with the ``close`` hook the KV-cache backend uses to drop its cache."""
+
+    def __init__(self, inner, fail_at: int | None = None):
+        self.inner, self.fail_at, self.calls, self.closed = inner, fail_at, 0, 0
+
+    def __call__(self, trainer, contexts, max_new):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise RuntimeError("generation failed (injected)")
+        assert self.closed == 0  # never closed while the call still generates
+        return self.inner(trainer, contexts, max_new)
+
+    def close(self):
+        self.closed += 1
+
+
+@pytest.mark.parametrize("fail_at", [None, 2], ids=["finished", "failed"])
+def test_the_generator_is_closed_at_the_end_of_each_rollout_call(smollm2_tokenizer, env_config, fail_at):
+    tok = smollm2_tokenizer
+    gen = ClosingGenerator(scripted(tok, [ids_of(tok, CODE_TURN), ids_of(tok, ANSWER_TURN)]), fail_at)
+    rollout = DeepAnalyzeRollout([row()], env_config, generator=gen)
+    if fail_at is None:
+        out = rollout([trl_prompt(row())], trainer_for(tok, 4096))
+        assert out["termination"] == ["answer"] and gen.calls == 2
+    else:
+        with pytest.raises(RuntimeError, match="injected"):
+            rollout([trl_prompt(row())], trainer_for(tok, 4096))
+    assert gen.closed == 1

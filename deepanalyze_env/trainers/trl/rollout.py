@@ -9,9 +9,10 @@ function that returns the env's reward, or None for episodes that must stay out 
 
 Generation goes through the trainer's own backends: with vLLM, ``trainer._generate_single_turn``
 (TRL's path, which also keeps vLLM weights in sync; stop strings come from
-``generation_kwargs``); with transformers, the unwrapped model's ``generate`` with a stop-string
-criterion, because TRL's transformers path cannot stop on ``</Code>`` (several tokens) and would
-generate to EOS each turn.
+``generation_kwargs``); with transformers, the unwrapped model through the core's KV-cache engine
+(:class:`CachedTurns`: each episode's cache is kept across its turns within one rollout call and
+dropped at its end), because TRL's transformers path cannot stop on ``</Code>`` (several tokens),
+would generate to EOS each turn and re-read every conversation.
 
 How a turn ends (README "Training with TRL"): at the token that completes a stop tag (the turn is
 stepped; tokens after it are dropped, a token such as ``>\n`` that completes the tag is kept
@@ -35,14 +36,15 @@ import math
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.env import DeepAnalyzeEnv
+from deepanalyze_env.core.generation import GenerationEngine, GenRequest, unsupported_options
 from deepanalyze_env.core.tag_tokens import token_rules
 from deepanalyze_env.core.tasks import env_extras
 from deepanalyze_env.core.tokens import prompt_token_ids
@@ -55,6 +57,8 @@ TASK_KEY = "task_id"  # carried inside the prompt's first message: TRL passes on
 
 @dataclass
 class Generated:
+    """One generated turn: its token ids and, from vLLM, their log-probabilities."""
+
     ids: list[int]
     logprobs: list[float | None] | None
 
@@ -95,11 +99,38 @@ def encode_observation(tok: Any, text: str) -> list[int]:
 # ---------------------------------------------------------------------------- generation backends
 
 
+@contextmanager
+def generation_model(trainer: Any) -> Iterator[Any]:
+    """The trainer's model ready to generate (unwrapped, ZeRO-3/FSDP parameters gathered), under
+    ``torch.no_grad()``."""
+    import torch
+    from trl.models import unwrap_model_for_generation
+
+    dist = getattr(trainer, "_dist", None)
+    full_params = (
+        dist.summon_full_params(trainer.model_wrapped, recurse=False) if dist is not None else nullcontext()
+    )
+    with (
+        unwrap_model_for_generation(
+            trainer.model_wrapped,
+            trainer.accelerator,
+            gather_deepspeed3_params=getattr(trainer.args, "ds3_gather_for_generation", True),
+            generation_kwargs=getattr(trainer, "generation_kwargs", None),
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+        ) as model,
+        torch.no_grad(),
+        full_params,
+    ):
+        yield model
+
+
 def transformers_turns(trainer: Any, contexts: list[list[int]], max_new: list[int]) -> list[Generated]:
-    """One turn for each context with the policy itself, stopping at ``</Code>``/``</Answer>``/EOS."""
+    """One turn for each context with the policy itself, stopping at ``</Code>``/``</Answer>``/EOS:
+    one left-padded ``generate`` over the whole conversations (re-read every turn). The default
+    transformers backend is :class:`CachedTurns`; this stays for generation options the engine
+    does not implement, and as its reference."""
     import torch
     from transformers import StoppingCriteriaList, StopStringCriteria
-    from trl.models import unwrap_model_for_generation
 
     tok = tokenizer_of(trainer)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -118,21 +149,7 @@ def transformers_turns(trainer: Any, contexts: list[list[int]], max_new: list[in
     if stop_ids:  # tags that are special tokens: StopStringCriteria cannot see them in text
         config.eos_token_id = list(dict.fromkeys([*eos, *stop_ids]))
     stop = StoppingCriteriaList([StopStringCriteria(tokenizer=tok, stop_strings=list(protocol.STOP_TAGS))])
-    dist = getattr(trainer, "_dist", None)
-    full_params = (
-        dist.summon_full_params(trainer.model_wrapped, recurse=False) if dist is not None else nullcontext()
-    )
-    with (
-        unwrap_model_for_generation(
-            trainer.model_wrapped,
-            trainer.accelerator,
-            gather_deepspeed3_params=getattr(trainer.args, "ds3_gather_for_generation", True),
-            generation_kwargs=getattr(trainer, "generation_kwargs", None),
-            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
-        ) as model,
-        torch.no_grad(),
-        full_params,
-    ):
+    with generation_model(trainer) as model:
         out = model.generate(
             input_ids=input_ids.to(device),
             attention_mask=attention.to(device),
@@ -149,6 +166,64 @@ def transformers_turns(trainer: Any, contexts: list[list[int]], max_new: list[in
                 break
         results.append(Generated(ids, None))
     return results
+
+
+class CachedTurns:
+    """The transformers backend of one rollout call: :class:`GenerationEngine` keeps each
+    episode's keys and values across its turns, so a turn prefills only its new observation.
+
+    Made fresh for every rollout call and closed at its end: the weights change between
+    calls, and a cache computed with old weights must never serve a new step. A sampled turn's
+    seed is drawn from torch's global generator (seeded by the trainer), so runs repeat.
+    Generation options the engine does not implement (``repetition_penalty``, ``sequence_bias``,
+    beams…) send every turn to :func:`transformers_turns` instead, with a warning.
+    """
+
+    def __init__(self) -> None:
+        self.engine: GenerationEngine | None = None
+        self.fallback: list[str] | None = None
+
+    def _engine_for(self, trainer: Any) -> GenerationEngine | None:
+        if self.fallback is None:
+            config = trainer.generation_config
+            self.fallback = unsupported_options(config)
+            if _world()[1] > 1 and getattr(trainer.args, "ds3_gather_for_generation", True) is False:
+                # ZeRO-3 without gathered weights gathers per forward: ranks must call the model
+                # equally often, which generate(synced_gpus) does and the engine does not
+                self.fallback.append("ds3_gather_for_generation=False")
+            if self.fallback:
+                log.warning(
+                    "generation options %s are not implemented by the KV-cache engine: "
+                    "every turn re-reads its conversation through generate()",
+                    ", ".join(self.fallback),
+                )
+                return None
+            sample = bool(getattr(config, "do_sample", False))
+            self.engine = GenerationEngine(
+                tokenizer_of(trainer),
+                eos_ids=_eos_ids(trainer),
+                stop_ids=token_rules(tokenizer_of(trainer)).stop_ids,
+                temperature=float(config.temperature or 1.0) if sample else 0.0,
+                top_k=getattr(config, "top_k", None) if sample else None,
+                top_p=getattr(config, "top_p", None) if sample else None,
+            )
+        return self.engine
+
+    def __call__(self, trainer: Any, contexts: list[list[int]], max_new: list[int]) -> list[Generated]:
+        import torch
+
+        engine = self._engine_for(trainer)
+        if engine is None:
+            return transformers_turns(trainer, contexts, max_new)
+        seeds = torch.randint(0, 2**31 - 1, (len(contexts),)).tolist()
+        requests = [GenRequest(list(c), n, s) for c, n, s in zip(contexts, max_new, seeds, strict=True)]
+        with generation_model(trainer) as model:
+            outs = engine.generate(model, requests)
+        return [Generated(o.ids, None) for o in outs]
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.clear()
 
 
 def vllm_turns(trainer: Any, contexts: list[list[int]], max_new: list[int]) -> list[Generated]:
@@ -171,7 +246,8 @@ def vllm_turns(trainer: Any, contexts: list[list[int]], max_new: list[int]) -> l
 
 
 def default_generator(trainer: Any) -> TurnGenerator:
-    return vllm_turns if getattr(trainer, "use_vllm", False) else transformers_turns
+    """vLLM's path when the trainer uses vLLM, else a fresh :class:`CachedTurns` (one per call)."""
+    return vllm_turns if getattr(trainer, "use_vllm", False) else CachedTurns()
 
 
 def _eos_ids(trainer: Any) -> list[int]:
@@ -414,11 +490,17 @@ class DeepAnalyzeRollout:
                     for fut in steps:
                         fut.result()
                     self.stats.env_seconds += time.monotonic() - started
+            close = getattr(generate, "close", None)
+            if close is not None:  # the weights change before the next call: drop its cache
+                close()
             for ep in episodes:
                 finished = ep.final["termination"] != "length" or self.score_truncated
                 if finished and (not ep.completion_ids or ep.completion_ids[-1] not in eos):
                     ep.add([eos[0]], 0, None)  # a finished episode ends with EOS (TRL's truncation check)
         except BaseException:  # a failed batch leaves no kernel or scratch folder, and no half records
+            close = getattr(generate, "close", None)
+            if close is not None:
+                close()
             for ep in episodes:
                 ep.env.close(record=False)
             raise
