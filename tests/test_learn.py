@@ -489,6 +489,7 @@ def test_a_curriculum_section_samples_the_sft_model_on_grpos_tasks_and_seeds_the
     assert extra == [
         "curriculum.kind=success_rate",
         f"curriculum.from_records={estimate}",
+        "curriculum.accuracy_components=[]",  # the shipped pipeline's set, with the override on top
         "curriculum.success_threshold=-0.5",
         f"rollout.budget_check={estimate}",  # the budget check measures the same episodes
     ]
@@ -499,7 +500,7 @@ def test_without_a_curriculum_grpo_takes_every_train_task_and_the_budget_check_r
 ):
     from deepanalyze_env.cli.learn import Stages, grpo_inputs
 
-    pipe = Pipeline.load(REPO / "recipes" / "learn_cpu.yaml")
+    pipe = Pipeline.load(REPO / "recipes" / "learn_cpu.yaml", ["curriculum=null"])
     train = tmp_path / "train.jsonl"
     train.write_text('{"id": "a"}\n')
     (tmp_path / "eval-sft").mkdir()

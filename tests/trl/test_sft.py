@@ -96,7 +96,7 @@ def test_sft_recipe_trains_on_policy_tokens_and_leaves_a_model_folder(
     tiny_tokenizer, env_config, workspace_root, tmp_path
 ):
     torch = pytest.importorskip("torch")
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = tiny_tokenizer
     _, records = rollout_with_records(tok, env_config, [CODE_TURN, ANSWER_TURN], tmp_path / "rec", n=3)
@@ -104,20 +104,8 @@ def test_sft_recipe_trains_on_policy_tokens_and_leaves_a_model_folder(
     data = tmp_path / "records.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in [*records, bad]))
     torch.manual_seed(0)
-    base = tmp_path / "base"
-    LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
-    ).save_pretrained(base)  # randomly initialised: SFT must bring its loss down on its own
-    tok.save_pretrained(base)
+    # randomly initialised: SFT must bring its loss down on its own
+    base = _tiny_model(tok, tmp_path / "base", hidden=32)
     out = tmp_path / "sft"
     recipe = tmp_path / "sft.yaml"
     recipe.write_text(
@@ -257,13 +245,14 @@ def test_a_recovered_episode_trains_only_on_the_turns_after_its_prefix(tiny_toke
     assert CODE_TURN not in tok.decode(rendered.completion_ids)
 
 
-def _tiny_model(tok, folder: Path) -> Path:
+def _tiny_model(tok, folder: Path, hidden: int = 16) -> Path:
+    """A one-layer Llama over ``tok``, randomly initialised, saved with its tokenizer."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
         vocab_size=len(tok),
-        hidden_size=16,
-        intermediate_size=32,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
         num_hidden_layers=1,
         num_attention_heads=2,
         num_key_value_heads=2,
