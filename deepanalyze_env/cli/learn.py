@@ -68,6 +68,9 @@ class EvalSettings:
     temperature: float = 0.0  # 0: greedy, one deterministic episode per task and model
     concurrency: int = 8  # episodes in flight; a local model generates their turns as one batch
     after_sft: bool = True  # also evaluate between SFT and GRPO (off: before and after only)
+    before: bool = True  # evaluate the starting model (off: a run that starts from a tuned checkpoint)
+    sampled_k: int = 0  # k episodes per dev task of the after-SFT model at GRPO's temperature: its pass@k
+    # bounds what GRPO can sharpen towards (0: no such eval)
 
 
 @dataclass
@@ -550,6 +553,41 @@ def grpo_inputs(
     return pool, extra
 
 
+def sampled_eval(
+    pipe: Pipeline, stages: Stages, model: str, files: dict[str, Path], config: Path
+) -> dict[str, Any]:
+    """``eval.sampled_k`` episodes per dev task of ``model`` (the after-SFT one) at the GRPO
+    recipe's temperature and turn budget (``eval-sampled/``): its pass@k is what GRPO's groups
+    can find, so it bounds the pass@1 that GRPO can sharpen towards."""
+    out = Path(pipe.output_dir) / "eval-sampled"
+    temperature, max_tokens = pipe.eval.temperature, pipe.eval.max_tokens
+    if pipe.grpo is not None:
+        recipe = load_recipe(pipe.grpo.recipe, pipe.grpo.overrides())
+        temperature = recipe.trl.get("temperature", 1.0)
+        max_tokens = recipe.rollout.get("max_turn_tokens") or max_tokens
+    argv = eval_argv(
+        pipe,
+        model,
+        files["dev"],
+        out,
+        config,
+        samples=pipe.eval.sampled_k,
+        temperature=float(temperature),
+        max_tokens=int(max_tokens),
+    )
+    label = f"dev eval: {pipe.eval.sampled_k} sampled episodes per task at temperature {temperature}"
+    stages.run(
+        "eval_sampled",
+        label,
+        argv,
+        out,
+        [files["dev"], config, *model_inputs(model)],
+        resumable=True,
+        check=eval_gap,
+    )
+    return headline(out) | {"temperature": float(temperature), "k": pipe.eval.sampled_k}
+
+
 def template_override(pipe: Pipeline) -> list[str]:
     if not pipe.chat_template_kwargs:
         return []
@@ -596,6 +634,7 @@ def headline(eval_dir: Path) -> dict[str, Any]:
         "missing_tasks": counts.get("missing_tasks", []),
         "task_ids": counts.get("tasks", []),
         "status_rates": overall["status_rates"],
+        "pass_at": {k: v["value"] for k, v in overall.get("pass_at", {}).items()},
     }
 
 
@@ -636,17 +675,19 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
     config.write_text(yaml.safe_dump(env))
 
     dev: dict[str, dict[str, Any]] = {}
-    model, order = pipe.model, ["base"]
-    stages.run(
-        "eval_base",
-        "dev eval: the starting model",
-        eval_argv(pipe, model, files["dev"], out / "eval-base", config),
-        out / "eval-base",
-        [files["dev"], config, *model_inputs(model)],
-        resumable=True,
-        check=eval_gap,
-    )
-    dev["base"] = headline(out / "eval-base")
+    model, order = pipe.model, []
+    if pipe.eval.before:
+        stages.run(
+            "eval_base",
+            "dev eval: the starting model",
+            eval_argv(pipe, model, files["dev"], out / "eval-base", config),
+            out / "eval-base",
+            [files["dev"], config, *model_inputs(model)],
+            resumable=True,
+            check=eval_gap,
+        )
+        dev["base"] = headline(out / "eval-base")
+        order.append("base")
 
     if pipe.sft is not None:
         reference = out / "reference"
@@ -684,6 +725,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
             )
             dev["sft"] = headline(out / "eval-sft")
             order.append("sft")
+    sampled = sampled_eval(pipe, stages, model, files, config) if pipe.eval.sampled_k else None
 
     grpo_steps: list[dict[str, Any]] = []
     if pipe.grpo is not None:
@@ -747,6 +789,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
         "task_files": {k: str(v) for k, v in files.items()},
         "tasks": {k: len(v.read_text().splitlines()) for k, v in files.items()},
         "dev": dev,
+        "sampled": sampled,
         "test": test,
         "comparisons": compare_stages(out, order),
         "grpo_steps": grpo_steps,
