@@ -249,3 +249,36 @@ def test_continue_layout_joins_the_episode_into_one_assistant_message():
         {"role": "assistant", "content": "<Code>x</Code>\n<Execute>\n1\n</Execute>\n"},
     ]
     assert continue_layout(messages[:2], 2) == messages[:2]
+
+
+def test_a_malformed_policy_chat_template_kwargs_is_a_one_line_error(tmp_path, capsys):
+    argv = ["rollout", "--policy", "transformers", "--out", str(tmp_path / "r")]
+    assert main([*argv, "--policy-chat-template-kwargs", "[1]"]) == 2
+    assert "--policy-chat-template-kwargs: give a JSON object" in capsys.readouterr().out
+
+
+def test_policy_chat_template_kwargs_reach_the_transformers_policy(monkeypatch):
+    """The flag's JSON object is what the policy renders prompts with (a spy stands in for the
+    model load: the template arguments are the point, the embedded run is tested above)."""
+    import argparse
+
+    from deepanalyze_env.cli.rollout import build_policy
+    from deepanalyze_env.offline import policies
+
+    seen = {}
+    monkeypatch.setattr(policies, "TransformersPolicy", lambda **options: seen.update(options))
+    args = argparse.Namespace(
+        policy="transformers",
+        trajectories=None,
+        policy_model="embedded:smollm2",
+        policy_base_url=None,
+        policy_api_key_env=None,
+        policy_temperature=None,
+        policy_max_tokens=None,
+        policy_timeout=None,
+        policy_layout=None,
+        concurrency=2,
+        policy_chat_template_kwargs='{"enable_thinking": false}',
+    )
+    build_policy(args)
+    assert seen["chat_template_kwargs"] == {"enable_thinking": False} and seen["max_batch"] == 2

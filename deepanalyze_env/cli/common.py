@@ -21,6 +21,21 @@ class UsageError(Exception):
     """A mistake in how the command was called."""
 
 
+def template_kwargs(text: str | None, flag: str) -> dict[str, Any] | None:
+    """A ``--…chat-template-kwargs`` value: a JSON object, or ``None`` when the flag is absent."""
+    if not text:
+        return None
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: not JSON ({exc})")
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag}: give a JSON object, e.g. '{{\"enable_thinking\": false}}'")
+    return value
+
+
 # ---------------------------------------------------------------------------- shared flags
 
 

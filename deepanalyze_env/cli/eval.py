@@ -24,6 +24,7 @@ from deepanalyze_env.cli.common import (
     load_env_config,
     make_parser,
     task_files,
+    template_kwargs,
 )
 
 
@@ -105,21 +106,9 @@ def _policy(args: argparse.Namespace, temperature: float) -> Any:
             max_tokens=args.max_tokens,
             layout=args.layout,
         )
-    template_kwargs = {}
-    if args.chat_template_kwargs:
-        import json
-
-        try:
-            template_kwargs = json.loads(args.chat_template_kwargs)
-        except ValueError as exc:
-            raise UsageError(f"--chat-template-kwargs: not JSON ({exc})")
-        if not isinstance(template_kwargs, dict):
-            raise UsageError(
-                "--chat-template-kwargs: give a JSON object, e.g. '{\"enable_thinking\": false}'"
-            )
     return make_policy(
         "transformers",
-        chat_template_kwargs=template_kwargs,
+        chat_template_kwargs=template_kwargs(args.chat_template_kwargs, "--chat-template-kwargs") or {},
         model=args.model,
         temperature=temperature,
         max_tokens=args.max_tokens,

@@ -23,6 +23,7 @@ from deepanalyze_env.cli.common import (
     load_env_config,
     make_parser,
     task_files,
+    template_kwargs,
 )
 
 TABLE_LIMIT = 40  # print one row per episode up to this many, else a per-method summary
@@ -87,6 +88,12 @@ def add_parser(sub: Any) -> None:
         "assistant message to continue, DeepAnalyze's layout (transformers default; vLLM for openai)",
     )
     pol.add_argument(
+        "--policy-chat-template-kwargs",
+        metavar="JSON",
+        help="transformers: chat template arguments, as the recipes' trl.chat_template_kwargs "
+        "(e.g. '{\"enable_thinking\": false}' for Qwen3)",
+    )
+    pol.add_argument(
         "--trajectories",
         nargs="+",
         metavar="FILE",
@@ -111,6 +118,9 @@ def build_policy(args: argparse.Namespace) -> Any:
         timeout_s=args.policy_timeout,
         layout=args.policy_layout,
         max_batch=args.concurrency,  # transformers: concurrent episodes' turns share one generate call
+        chat_template_kwargs=template_kwargs(
+            args.policy_chat_template_kwargs, "--policy-chat-template-kwargs"
+        ),
     )
 
 
