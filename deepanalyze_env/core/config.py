@@ -227,7 +227,10 @@ def to_plain(raw: Any) -> dict:
     if hasattr(raw, "_metadata") and hasattr(raw, "_content"):  # OmegaConf node, without importing it
         from omegaconf import OmegaConf
 
-        return OmegaConf.to_container(raw, resolve=True) or {}
+        plain = OmegaConf.to_container(raw, resolve=True) or {}
+        if not isinstance(plain, dict):
+            raise ConfigError(f"env_config must be a mapping, got {type(plain).__name__}")
+        return plain
     if isinstance(raw, dict):
         return dict(raw)
     try:
@@ -247,7 +250,7 @@ def _build(cls: type, data: dict, path: str):
             known = ", ".join(sorted(names)) or "(none)"
             raise ConfigError(f"unknown key {path}.{key} (known keys: {known})")
         hint = hints[key]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             kwargs[key] = _build(hint, to_plain(value), f"{path}.{key}")
         else:
             kwargs[key] = _coerce(value, hint, f"{path}.{key}")

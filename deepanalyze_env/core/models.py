@@ -66,8 +66,8 @@ def _convert(folder: Path, filename: str, target: Path) -> None:
 
     log.warning("converting the embedded model %s once into %s (about a minute)", filename, target)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename)
-    model.is_quantized = False
+    model: Any = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename)
+    model.is_quantized = False  # a dequantised copy: saved as plain weights
     model.hf_quantizer = None
     with contextlib.suppress(AttributeError):
         del model.config.quantization_config

@@ -94,7 +94,7 @@ def build_record(result: EpisodeResult) -> EpisodeRecord:
         "episode_id": extras.get("episode_id") or uuid.uuid4().hex,
         "task_id": result.task_id,
         "task_hash": task_hash(extras),
-        "reward_spec": extras.get("reward_spec"),
+        "reward_spec": extras.get("reward_spec") or {},
         "input_seq": extras.get("input_seq"),
         "data": extras.get("data"),
         "workspace_id": extras.get("workspace_id"),
@@ -141,7 +141,7 @@ class RecordWriter:
                 cls._writers[key] = cls(Path(key[0]))
             return cls._writers[key]
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: EpisodeRecord | dict[str, Any]) -> None:
         line = encode_line(record)
         with self._write_lock:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -180,7 +180,8 @@ def with_task_ids(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Give every row a ``task_id`` (its ``extra_info`` one, else ``task-<position>``), in place, so
     that jobs, records and reports agree on it; DeepAnalyze's own rows may have none."""
     for index, row in enumerate(rows):
-        info = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+        info = row.get("extra_info")
+        info = info if isinstance(info, dict) else {}
         row["task_id"] = row.get("task_id") or info.get("task_id") or f"task-{index}"
     return rows
 
