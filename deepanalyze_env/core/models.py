@@ -14,6 +14,7 @@ import importlib.util
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
