@@ -41,7 +41,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from deepanalyze_env.cli.learn import Pipeline, markdown, run_pipeline  # noqa: E402
+from deepanalyze_env.learn import Pipeline, markdown, run_pipeline  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

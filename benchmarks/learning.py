@@ -1,6 +1,6 @@
 """Learning benchmark: does SFT warm start + GRPO with this plugin improve a policy on held-out tasks?
 
-It runs the ``deepanalyze-rl learn`` pipeline (``cli/learn.py``; the README's main job is the same
+It runs the ``deepanalyze-rl learn`` pipeline (``deepanalyze_env/learn/``; the README's main job is the same
 pipeline at a smaller size) over the whole task bank with the embedded SmolLM2-135M-Instruct on
 CPU: dev eval of the base model → SFT on the train tasks' reference episodes → dev eval → GRPO
 from the SFT model on the train tasks → dev eval → the test split, once. Train, dev and test
@@ -35,7 +35,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from deepanalyze_env.cli.learn import Pipeline, markdown, run_pipeline  # noqa: E402
+from deepanalyze_env.learn import Pipeline, markdown, run_pipeline  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

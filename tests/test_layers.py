@@ -3,8 +3,9 @@ imports inside functions, which are how optional dependencies are reached.
 
 - ``rewards`` and ``tools`` never import trainer, offline or CLI code; ``tools`` (the kernel
   side) imports neither ``deepanalyze_env`` nor ``rewards``.
-- the core imports no trainer, offline tool or CLI module; trainers and offline tools import
-  no CLI module; trainers and offline tools do not import each other.
+- the core imports no trainer, offline tool, pipeline or CLI module; trainers and offline tools
+  import no pipeline or CLI module and not each other; the learn pipeline (above both, it
+  chains their commands) imports no CLI module.
 - ``core.protocol`` and ``core.errors`` import where skyrl_gym is not installed.
 """
 
@@ -20,12 +21,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # package prefix of the importing module → import prefixes it must not use
+UPPER = ("deepanalyze_env.learn", "deepanalyze_env.cli")
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tools": ("deepanalyze_env", "rewards"),
-    "rewards": ("deepanalyze_env.trainers", "deepanalyze_env.offline", "deepanalyze_env.cli"),
-    "deepanalyze_env.core": ("deepanalyze_env.trainers", "deepanalyze_env.offline", "deepanalyze_env.cli"),
-    "deepanalyze_env.trainers": ("deepanalyze_env.offline", "deepanalyze_env.cli"),
-    "deepanalyze_env.offline": ("deepanalyze_env.trainers", "deepanalyze_env.cli"),
+    "rewards": ("deepanalyze_env.trainers", "deepanalyze_env.offline", *UPPER),
+    "deepanalyze_env.core": ("deepanalyze_env.trainers", "deepanalyze_env.offline", *UPPER),
+    "deepanalyze_env.trainers": ("deepanalyze_env.offline", *UPPER),
+    "deepanalyze_env.offline": ("deepanalyze_env.trainers", *UPPER),
+    "deepanalyze_env.learn": ("deepanalyze_env.cli",),
 }
 
 

@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from deepanalyze_env.cli import main
-from deepanalyze_env.cli.learn import Pipeline, bank_folder, sample_tasks
 from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.learn.settings import Pipeline
+from deepanalyze_env.learn.tasks import bank_folder, sample_tasks
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -170,10 +171,10 @@ class _Calls:
 
 @pytest.fixture
 def calls(monkeypatch):
-    from deepanalyze_env.cli import learn
+    from deepanalyze_env.learn import stages
 
     spy = _Calls()
-    monkeypatch.setattr(learn.subprocess, "run", spy)
+    monkeypatch.setattr(stages.subprocess, "run", spy)
     return spy
 
 
@@ -185,7 +186,7 @@ def _eval_folder(path: Path) -> Path:
 
 
 def test_a_stage_whose_input_file_changed_reruns_in_a_clean_folder(tmp_path, calls):
-    from deepanalyze_env.cli.learn import Stages
+    from deepanalyze_env.learn.stages import Stages
 
     tasks = tmp_path / "dev.jsonl"
     tasks.write_text('{"id": "a"}\n')
@@ -202,7 +203,7 @@ def test_a_stage_whose_input_file_changed_reruns_in_a_clean_folder(tmp_path, cal
 
 
 def test_an_interrupted_eval_with_the_same_identity_resumes(tmp_path, calls):
-    from deepanalyze_env.cli.learn import Stages
+    from deepanalyze_env.learn.stages import Stages
 
     out = tmp_path / "eval"
     argv = ["eval", "--out", str(out)]
@@ -217,7 +218,7 @@ def test_an_interrupted_eval_with_the_same_identity_resumes(tmp_path, calls):
 
 
 def test_changed_arguments_or_fresh_never_resume_an_old_folder(tmp_path, calls):
-    from deepanalyze_env.cli.learn import Stages
+    from deepanalyze_env.learn.stages import Stages
 
     out = tmp_path / "eval"
     Stages(tmp_path, fresh=False).run("eval", "t", ["eval", "--max-tokens", "128"], out, resumable=True)
@@ -230,7 +231,7 @@ def test_changed_arguments_or_fresh_never_resume_an_old_folder(tmp_path, calls):
 
 
 def test_a_stage_after_a_rerun_stage_reruns_even_with_the_same_arguments(tmp_path, calls):
-    from deepanalyze_env.cli.learn import Stages
+    from deepanalyze_env.learn.stages import Stages
 
     model, out = tmp_path / "sft", tmp_path / "eval"
     first = Stages(tmp_path, fresh=False)
@@ -264,7 +265,7 @@ def test_a_nested_stage_override_changes_one_recipe_key_not_the_whole_section(tm
 
 
 def test_stage_overrides_keep_their_types_through_the_command_line(tmp_path):
-    from deepanalyze_env.cli.learn import StageRecipe
+    from deepanalyze_env.learn.settings import StageRecipe
 
     stage = StageRecipe("r.yaml", {"a": True, "b": [1, 2], "c": "text", "d": 2e-4, "e": None})
     assert stage.overrides() == ["a=true", "b=[1, 2]", "c=text", "d=0.0002", "e=null"]
@@ -300,7 +301,8 @@ def _stage_eval(folder: Path, rewards: dict[str, float], planned: list[str]) -> 
 
 
 def test_missing_episodes_count_as_failures_and_unpaired_tasks_are_named(tmp_path):
-    from deepanalyze_env.cli.learn import compare_stages, coverage, headline, markdown
+    from deepanalyze_env.learn.outputs import markdown
+    from deepanalyze_env.learn.run import compare_stages, coverage, headline
 
     _stage_eval(tmp_path / "eval-base", {"t1": 1.0, "t2": 0.0}, ["t1", "t2", "t3"])  # t3 raised
     _stage_eval(tmp_path / "eval-sft", {"t1": 1.0, "t2": 1.0}, ["t1", "t2"])  # t3 never planned
@@ -342,7 +344,7 @@ def _report(out: Path, missing: int, planned: int = 3) -> int:
 
 
 def test_an_eval_with_missing_episodes_is_resumed_not_recorded_as_done(tmp_path, calls, capsys):
-    from deepanalyze_env.cli.learn import Stages, eval_gap
+    from deepanalyze_env.learn.stages import Stages, eval_gap
 
     out = tmp_path / "eval"
     argv = ["eval", "--out", str(out)]
@@ -358,7 +360,7 @@ def test_an_eval_with_missing_episodes_is_resumed_not_recorded_as_done(tmp_path,
 
 
 def test_an_eval_still_missing_episodes_stays_not_done_and_the_next_run_resumes_it(tmp_path, calls):
-    from deepanalyze_env.cli.learn import Stages, eval_gap
+    from deepanalyze_env.learn.stages import Stages, eval_gap
 
     out = tmp_path / "eval"
     argv = ["eval", "--out", str(out)]
@@ -373,8 +375,7 @@ def test_an_eval_still_missing_episodes_stays_not_done_and_the_next_run_resumes_
 
 
 def test_a_crashed_eval_is_rerun_in_a_clean_folder_and_a_second_crash_is_an_error(tmp_path, calls, capsys):
-    from deepanalyze_env.cli.common import UsageError
-    from deepanalyze_env.cli.learn import Stages, eval_gap
+    from deepanalyze_env.learn.stages import StageFailed, Stages, eval_gap
 
     out = tmp_path / "eval"
     argv = ["eval", "--out", str(out)]
@@ -398,7 +399,7 @@ def test_a_crashed_eval_is_rerun_in_a_clean_folder_and_a_second_crash_is_an_erro
         return 1
 
     calls.script = [crash_after_some_episodes, crash_after_some_episodes]
-    with pytest.raises(UsageError, match="stage eval failed \\(it wrote no report: it crashed\\)"):
+    with pytest.raises(StageFailed, match="stage eval failed \\(it wrote no report: it crashed\\)"):
         Stages(tmp_path, fresh=True).run("eval", "t", argv, out, resumable=True, check=eval_gap)
     assert calls.argvs[-1] == [*argv, "--resume"]  # the second try resumed the run it had started
     saved = json.loads((tmp_path / "stages.json").read_text())["eval"]
@@ -406,7 +407,7 @@ def test_a_crashed_eval_is_rerun_in_a_clean_folder_and_a_second_crash_is_an_erro
 
 
 def test_a_model_or_sft_data_rewritten_in_place_reruns_the_stages_that_read_it(tmp_path, calls):
-    from deepanalyze_env.cli.learn import Stages
+    from deepanalyze_env.learn.stages import Stages
 
     model, kept = tmp_path / "sft", tmp_path / "kept.jsonl"
     kept.write_text('{"episode": 1}\n')
@@ -436,7 +437,7 @@ def test_a_model_or_sft_data_rewritten_in_place_reruns_the_stages_that_read_it(t
 
 
 def test_one_set_of_chat_template_kwargs_reaches_every_stage(tmp_path):
-    from deepanalyze_env.cli.learn import eval_argv, template_override
+    from deepanalyze_env.learn.run import eval_argv, template_override
 
     shipped = REPO / "recipes" / "learn_cpu.yaml"
     pipe = Pipeline.load(shipped, ["chat_template_kwargs.enable_thinking=false"])
@@ -458,7 +459,8 @@ def test_one_set_of_chat_template_kwargs_reaches_every_stage(tmp_path):
 
 
 def test_a_curriculum_section_samples_the_sft_model_on_grpos_tasks_and_seeds_the_curriculum(tmp_path, calls):
-    from deepanalyze_env.cli.learn import Stages, grpo_inputs
+    from deepanalyze_env.learn.run import grpo_inputs
+    from deepanalyze_env.learn.stages import Stages
 
     shipped = REPO / "recipes" / "learn_cpu.yaml"
     pipe = Pipeline.load(
@@ -498,7 +500,8 @@ def test_a_curriculum_section_samples_the_sft_model_on_grpos_tasks_and_seeds_the
 def test_without_a_curriculum_grpo_takes_every_train_task_and_the_budget_check_reads_the_sft_eval(
     tmp_path, calls
 ):
-    from deepanalyze_env.cli.learn import Stages, grpo_inputs
+    from deepanalyze_env.learn.run import grpo_inputs
+    from deepanalyze_env.learn.stages import Stages
 
     pipe = Pipeline.load(REPO / "recipes" / "learn_cpu.yaml", ["curriculum=null"])
     train = tmp_path / "train.jsonl"

@@ -1,0 +1,196 @@
+"""A ``learn`` pipeline file as typed settings: the splits, the evals, the training stages and the
+curriculum seed, validated when the file is loaded so a wrong key fails before any stage runs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deepanalyze_env.core.config import ConfigError, EnvConfig
+from deepanalyze_env.trainers.recipes import load_recipe
+
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass
+class EvalSettings:
+    """How every dev/test eval of the pipeline runs."""
+
+    samples: int = 1  # episodes per task (pass@k uses them)
+    max_tokens: int = 160  # tokens per policy turn
+    temperature: float = 0.0  # 0: greedy, one deterministic episode per task and model
+    concurrency: int = 8  # episodes in flight; a local model generates their turns as one batch
+    after_sft: bool = True  # also evaluate between SFT and GRPO (off: before and after only)
+    before: bool = True  # evaluate the starting model (off: a run that starts from a tuned checkpoint)
+    sampled_k: int = 0  # k episodes per dev task of the after-SFT model at GRPO's temperature: its pass@k
+    # bounds what GRPO can sharpen towards (0: no such eval)
+
+
+@dataclass
+class CurriculumSettings:
+    """Seed GRPO's success-rate curriculum from a sampled pass of the SFT model (``estimate/``).
+
+    The pass samples the SFT model on the tasks GRPO will draw from, at the temperature GRPO
+    samples at, so the curriculum starts from estimates instead of a flat prior and draws tasks
+    whose groups can differ; its records are also what the budget check measures.
+    """
+
+    tasks: int = 0  # train tasks GRPO draws from, family-stratified (0: every train task)
+    samples: int = 4  # episodes per task in the pass
+    temperature: float | None = None  # None: the GRPO recipe's trl.temperature (TRL's default 1.0)
+    max_tokens: int | None = None  # per turn; None: the GRPO recipe's rollout.max_turn_tokens, else eval's
+    set: dict[str, Any] = field(default_factory=dict)  # curriculum fields (kind: success_rate implied)
+
+
+@dataclass
+class StageRecipe:
+    """A training stage: a recipe file (relative to the pipeline file) and overrides on top."""
+
+    recipe: str
+    set: dict[str, Any] = field(default_factory=dict)  # dotted recipe key -> value
+
+    def overrides(self) -> list[str]:
+        """``key=value`` arguments for ``train``: one per leaf, so an override changes one key
+        and never replaces a whole recipe section."""
+        return [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in self.set.items()]
+
+
+def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"trl": {"beta": 0}, "trl.lr": 1}`` -> ``{"trl.beta": 0, "trl.lr": 1}``: a stage's ``set``
+    may be written nested (YAML) or dotted (the file, or ``grpo.set.trl.beta=0`` on the command
+    line, which arrives nested)."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+@dataclass
+class Pipeline:
+    """A ``learn`` pipeline file (``recipes/learn_cpu.yaml`` documents every key)."""
+
+    output_dir: str
+    model: str = "embedded:smollm2"
+    bank: dict[str, Any] = field(default_factory=dict)  # seed, families, tables (none: all)
+    tasks: dict[str, int] = field(default_factory=dict)  # split -> how many tasks (0: none)
+    env: dict[str, Any] = field(default_factory=dict)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    sft: StageRecipe | None = None
+    grpo: StageRecipe | None = None
+    curriculum: CurriculumSettings | None = None  # None: GRPO samples tasks as its recipe says
+    seed: int = 0  # the task sample
+    # chat template arguments for every stage's prompts (SFT, evals, GRPO): Qwen3's enable_thinking
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    @classmethod
+    def load(cls, path: str | Path, overrides: list[str] | None = None) -> Pipeline:
+        from deepanalyze_env.trainers.recipes import apply_override
+
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"pipeline file not found: {path}")
+        tree = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(tree, dict):
+            raise ConfigError(f"{path}: a pipeline is a mapping at the top level")
+        for assignment in overrides or []:
+            apply_override(tree, assignment)
+        known = [f.name for f in fields(cls) if f.name != "source"]
+        unknown = [k for k in tree if k not in known]
+        if unknown:
+            raise ConfigError(f"{path}: unknown pipeline key {unknown[0]!r} (known: {', '.join(known)})")
+        if "output_dir" not in tree:
+            raise ConfigError(f"{path}: pipeline key 'output_dir' is required")
+        bad = [k for k in tree.get("tasks") or {} if k not in SPLITS]
+        if bad:
+            raise ConfigError(f"{path}: unknown split tasks.{bad[0]} (known: {', '.join(SPLITS)})")
+        stages = {}
+        for name in ("sft", "grpo"):
+            section = tree.get(name)
+            if section is None:
+                stages[name] = None
+                continue
+            if not isinstance(section, dict) or "recipe" not in section:
+                raise ConfigError(
+                    f"{path}: {name} needs a recipe file: {name}: {{recipe: FILE, set: {{...}}}}"
+                )
+            recipe = Path(section["recipe"])
+            if not recipe.is_absolute():
+                recipe = (path.parent / recipe).resolve()
+            if not recipe.is_file():
+                raise ConfigError(f"{path}: {name}.recipe: no such file {recipe}")
+            overrides = section.get("set") or {}
+            if not isinstance(overrides, dict):
+                raise ConfigError(f"{path}: {name}.set must be a mapping of recipe keys to values")
+            stages[name] = StageRecipe(str(recipe), flatten(overrides))
+        try:
+            settings = EvalSettings(**(tree.get("eval") or {}))
+        except TypeError as exc:
+            raise ConfigError(f"{path}: eval: {exc}")
+        curriculum = None
+        if tree.get("curriculum") is not None:
+            section = tree["curriculum"]
+            if not isinstance(section, dict):
+                raise ConfigError(f"{path}: curriculum must be a mapping (tasks, samples, temperature, set)")
+            if stages["grpo"] is None:
+                raise ConfigError(f"{path}: curriculum seeds GRPO's sampling; the pipeline has no grpo stage")
+            try:
+                curriculum = CurriculumSettings(**section)
+            except TypeError as exc:
+                raise ConfigError(f"{path}: curriculum: {exc}")
+            if curriculum.samples < 1 or curriculum.tasks < 0:
+                raise ConfigError(f"{path}: curriculum needs samples >= 1 and tasks >= 0")
+            curriculum.set = {k: v for k, v in flatten(dict(curriculum.set or {})).items() if k != "kind"}
+        env = dict(tree.get("env") or {})
+        EnvConfig.from_any(env)
+        kwargs = tree.get("chat_template_kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise ConfigError(
+                f"{path}: chat_template_kwargs must be a mapping, e.g. {{enable_thinking: false}}"
+            )
+        pipe = cls(
+            output_dir=str(tree["output_dir"]),
+            model=str(tree.get("model", cls.model)),
+            bank=dict(tree.get("bank") or {}),
+            tasks={k: int(v) for k, v in (tree.get("tasks") or {}).items()},
+            env=env,
+            eval=settings,
+            sft=stages["sft"],
+            grpo=stages["grpo"],
+            curriculum=curriculum,
+            seed=int(tree.get("seed", 0)),
+            chat_template_kwargs=dict(kwargs),
+            source=str(path),
+        )
+        pipe.chat_template_kwargs = template_kwargs(pipe)
+        return pipe
+
+
+def template_kwargs(pipe: Pipeline) -> dict[str, Any]:
+    """The chat template arguments every stage renders prompts with: the pipeline's
+    ``chat_template_kwargs``, else the one its SFT and GRPO recipes set (``trl.chat_template_kwargs``;
+    two different ones are an error), so SFT, the evals and the GRPO rollout see the same prompts."""
+
+    if pipe.chat_template_kwargs:
+        return pipe.chat_template_kwargs
+    found = {}
+    for name in ("sft", "grpo"):
+        stage = getattr(pipe, name)
+        if stage is not None:
+            value = load_recipe(stage.recipe, stage.overrides()).trl.get("chat_template_kwargs")
+            if value:
+                found[name] = value
+    if len({json.dumps(v, sort_keys=True) for v in found.values()}) > 1:
+        raise ConfigError(
+            f"{pipe.source}: the sft and grpo recipes set different trl.chat_template_kwargs "
+            f"({found['sft']} vs {found['grpo']}); set the pipeline's chat_template_kwargs for both"
+        )
+    return next(iter(found.values()), {})

@@ -1,0 +1,227 @@
+"""Stages: each one an ordinary ``deepanalyze-rl`` command in its own process, identified by its
+arguments and the contents of what it reads, reused or resumed from ``stages.json``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.rule import Rule
+
+# the pipeline's progress, as the commands it runs print theirs (a fixed width when piped to a log)
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+
+class StageFailed(Exception):
+    """A stage that ended without a result the pipeline can read (it crashed, or wrote no
+    report); the message names the stage and the command that reruns it by hand."""
+
+
+def _key(argv: list[str]) -> list[str]:
+    """A stage's arguments less ``--resume`` (added when a folder holds part of the same stage,
+    which does not change what the stage produces)."""
+    return [a for a in argv if a != "--resume"]
+
+
+FULL_HASH_BYTES = 64 * 2**20  # files up to this size are hashed whole
+EDGE_BYTES = 2**20  # of a larger file (weights): its first and last MiB, with its size and mtime
+
+
+def content_digest(path: Path) -> str:
+    """A digest of a file or a whole folder (a model: weights, config, tokenizer, checkpoints).
+
+    Every file's relative path and size enter it; files up to :data:`FULL_HASH_BYTES` (configs,
+    weight indexes, tokenizers, task files, rewritten by every ``learn`` run) are hashed whole,
+    larger ones (weights) by their mtime and first and last MiB. A model rewritten in place
+    changes its mtime (and almost always its edges), so a stage that read it reruns; the cost
+    stays a few milliseconds per model instead of seconds per GB (``benchmarks/RESULTS.md``).
+    """
+    h = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        st = file.stat()
+        name = file.name if file == path else file.relative_to(path).as_posix()
+        h.update(f"{name}\0{st.st_size}\0".encode())
+        with open(file, "rb") as fh:
+            if st.st_size <= FULL_HASH_BYTES:
+                h.update(fh.read())  # its content is its identity (rewritten unchanged: the same)
+            else:
+                h.update(f"{st.st_mtime_ns}\0".encode())
+                h.update(fh.read(EDGE_BYTES))
+                fh.seek(st.st_size - EDGE_BYTES)
+                h.update(fh.read(EDGE_BYTES))
+    return h.hexdigest()[:16]
+
+
+def model_inputs(ref: str) -> list[Path]:
+    """What a stage reading model ``ref`` reads from disk: a local folder or file, or an embedded
+    model's packaged GGUF (its conversion is a function of it). A hub id has no local content
+    before it is downloaded; its name in the arguments is its identity."""
+    from deepanalyze_env.core.models import embedded_gguf
+
+    if ref.startswith("embedded:"):
+        try:
+            folder, filename = embedded_gguf(ref.split(":", 1)[1])
+        except ValueError:
+            return []  # the stage itself says what is wrong
+        return [folder / filename]
+    path = Path(ref)
+    return [path] if path.exists() else []
+
+
+def _digests(inputs: Sequence[Path]) -> dict[str, str]:
+    """Content digests of everything a stage reads: same arguments over changed task files, env
+    config, recipe, SFT data or model (folder) are different work."""
+    return {str(p): content_digest(p) for p in inputs if p.exists()}
+
+
+class Stages:
+    """Runs commands as stages, reusing those whose arguments are unchanged (``stages.json``).
+
+    A stage is identified by its arguments and its input files' contents. It is reused when it
+    finished with the same identity and no earlier stage reran; an eval or rollout interrupted
+    with the same identity resumes episode by episode; anything else starts in a clean folder
+    (resuming a folder made with other arguments or from an earlier model would mix episodes).
+    """
+
+    def __init__(self, out: Path, fresh: bool) -> None:
+        self.path = out / "stages.json"
+        self.done: dict[str, Any] = (
+            {} if fresh or not self.path.is_file() else json.loads(self.path.read_text())
+        )
+        self.seconds: dict[str, float] = {}
+        self.stale = False  # once one stage reruns, every later stage reruns too
+
+    def run(
+        self,
+        name: str,
+        title: str,
+        argv: list[str],
+        outputs: Path | None = None,
+        inputs: Sequence[Path] = (),
+        resumable: bool = False,
+        check: Callable[[Path, float], Gap | None] | None = None,
+    ) -> None:
+        console.print(Rule(f"[bold]{title}[/bold]"))
+        digests = _digests(inputs)
+        previous = self.done.get(name)
+        same = (
+            previous is not None
+            and _key(previous["argv"]) == _key(argv)
+            and previous.get("inputs", {}) == digests
+        )
+        finished = same and previous.get("seconds") is not None
+        if not self.stale and finished and (outputs is None or outputs.exists()):
+            console.print(f"reused: {name} (finished earlier with the same arguments and inputs)")
+            self.seconds[name] = previous["seconds"]
+            return
+        resume = (
+            resumable and not self.stale and same and outputs is not None and (outputs / "run.json").is_file()
+        )
+        self.stale = True
+        if outputs is not None and outputs.exists() and not resume:
+            shutil.rmtree(outputs)  # another stage's arguments, inputs or model made it: start clean
+        if resume:
+            argv = [*argv, "--resume"]
+            console.print(f"resuming: {name} (started earlier with the same identity, not complete)")
+        self.done[name] = {"argv": _key(argv), "inputs": digests, "seconds": None}  # started
+        self._save()
+        start = time.monotonic()
+        gap = self._execute(argv, outputs, check)
+        if gap is not None and resumable and outputs is not None:
+            # an incomplete or crashed stage is not done: one more try, resuming what it has
+            if (outputs / "run.json").is_file():
+                console.print(
+                    f"[yellow]stage {name} is incomplete[/yellow] ({gap.reason}): resuming its missing "
+                    "episodes (--resume)",
+                    highlight=False,
+                )
+                argv = argv if "--resume" in argv else [*argv, "--resume"]
+            else:
+                console.print(
+                    f"[yellow]stage {name} did not start a run[/yellow] ({gap.reason}): rerunning it in a "
+                    "clean folder",
+                    highlight=False,
+                )
+                if outputs.exists():
+                    shutil.rmtree(outputs)
+            gap = self._execute(argv, outputs, check)
+        seconds = round(time.monotonic() - start, 1)
+        self.seconds[name] = seconds
+        if gap is None:
+            self.done[name]["seconds"] = seconds
+            self._save()
+            return
+        # still incomplete: not recorded as done, so the next ``learn`` resumes it
+        self.done[name]["incomplete"] = gap.reason
+        self._save()
+        if not gap.usable:
+            raise StageFailed(f"stage {name} failed ({gap.reason}): deepanalyze-rl {' '.join(argv)}")
+        console.print(
+            f"[red]stage {name} is still incomplete[/red] ({gap.reason}); its figures count what is "
+            "missing as failures, and the next learn run resumes it",
+            highlight=False,
+        )
+
+    def _save(self) -> None:
+        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
+
+    def _execute(
+        self, argv: list[str], outputs: Path | None, check: Callable[[Path, float], Gap | None] | None
+    ) -> Gap | None:
+        """Run the stage's command once; what is missing from its result, or None when complete."""
+        console.print("deepanalyze-rl " + " ".join(argv), style="dim", markup=False, highlight=False)
+        since = time.time()
+        # its own process: every stage loads a model, and memory a finished stage held (a trainer,
+        # an eval policy) goes back to the system before the next one starts
+        code = subprocess.run([sys.executable, "-m", "deepanalyze_env.cli", *argv], check=False).returncode
+        if check is not None and outputs is not None:
+            gap = check(outputs, since)
+            if gap is not None or code == 0:
+                return gap
+        if code != 0:
+            return Gap(f"exit code {code}", usable=False)
+        return None
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Why a stage is not complete, and whether what it left can still be read (an eval's report
+    over its planned episodes, missing ones counted as failures)."""
+
+    reason: str
+    usable: bool
+
+
+def eval_gap(folder: Path, since: float) -> Gap | None:
+    """An eval is complete when it wrote its report in this run and no planned episode is missing."""
+    report = folder / "report.json"
+    if not report.is_file() or report.stat().st_mtime < since:
+        return Gap("it wrote no report: it crashed", usable=False)
+    counts = json.loads(report.read_text()).get("episodes") or {}
+    if counts.get("missing"):
+        return Gap(f"{counts['missing']} of {counts['planned']} planned episodes did not finish", usable=True)
+    return None
+
+
+def rollout_gap(folder: Path, since: float) -> Gap | None:
+    """A rollout is complete when it rebuilt ``episodes.jsonl`` in this run with every planned
+    episode in it (the SFT data of a partial reference run is what it kept, and says so)."""
+    from deepanalyze_env.offline.eval_report import load_eval
+
+    episodes = folder / "episodes.jsonl"
+    if not episodes.is_file() or episodes.stat().st_mtime < since:
+        return Gap("it wrote no episodes.jsonl: it crashed", usable=False)
+    counts = load_eval(folder)[1]
+    if counts.get("missing"):
+        return Gap(f"{counts['missing']} of {counts['planned']} planned episodes did not finish", usable=True)
+    return None
