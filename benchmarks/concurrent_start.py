@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
-    from tools.kernel import KernelServer
+    from tools.fork_server import KernelServer
 
     tmp = Path(tempfile.mkdtemp(prefix="deepanalyze-bench-"))
     scratch = tmp / "scratch"

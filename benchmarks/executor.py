@@ -278,7 +278,7 @@ def episode_start_parts(workspace_root: Path, samples: int) -> dict[str, Any]:
 
 def measure_server_start() -> float:
     """A fresh fork server (a second one, not the env's cached one): its one-time start cost."""
-    from tools.kernel import DEFAULT_PRELOAD, KernelServer
+    from tools.fork_server import DEFAULT_PRELOAD, KernelServer
 
     start = time.perf_counter()
     server = KernelServer(sys.executable, DEFAULT_PRELOAD)

@@ -172,7 +172,7 @@ def decode_profile(trainer, contexts: list[list[int]], steps: int) -> dict:
     Re-read: a ``generate`` of ``steps + 1`` tokens less one of 1 token (the same prefill).
     Engine: a first call caches the contexts; the profiled call feeds one token per row, then
     decodes ``steps`` steps."""
-    from deepanalyze_env.trainers.trl.rollout import CachedTurns, transformers_turns
+    from deepanalyze_env.trainers.trl.turns import CachedTurns, transformers_turns
 
     rows = len(contexts)
     a = profiled(lambda: transformers_turns(trainer, contexts, [1] * rows))
@@ -224,7 +224,7 @@ def main() -> int:
     print(json.dumps(report["limits"]), flush=True)
 
     from deepanalyze_env.offline.policies import TransformersPolicy, _Request
-    from deepanalyze_env.trainers.trl.rollout import CachedTurns, transformers_turns
+    from deepanalyze_env.trainers.trl.turns import CachedTurns, transformers_turns
 
     trainer = trainer_for(tok, model)
     tasks = args.episodes // args.group

@@ -6,7 +6,7 @@ The project ships a handful of tasks so that the environment, the reward methods
 smoke recipe and the tests have something real to run against without downloading anything:
 
 * ``workspaces/<workspace_id>/`` -- four tiny synthetic data folders (CSV, XLSX, SQLite),
-* ``tasks/{qa,datatask,openresearch}.jsonl`` -- task files in the layout of contract 1
+* ``tasks/{qa,datatask,openresearch}.jsonl`` -- task files in the layout of docs/design.md §4
   (``data`` = ``"workspaces"``, so a workspace lives at ``<workspace_root>/workspaces/<id>``
   with ``workspace_root`` = this ``data/`` folder),
 * ``trajectories.jsonl`` -- for every task one ``good`` reference trajectory (assistant turns

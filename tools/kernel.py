@@ -1,9 +1,10 @@
-"""Env-side handles to the kernel fork server and to one episode's worker.
+"""Env-side handle to one episode's kernel worker, and every verdict about its cells.
 
-A ``KernelServer`` is one preloaded ``kernel_server.py`` process per (interpreter, preload list)
-per env-hosting process; a ``Kernel`` is one episode's live worker forked from it. The per-cell
-time limit is a wall-clock watchdog here, in the env: on expiry the worker's whole process
-group is killed and the next cell gets a freshly forked worker.
+A ``Kernel`` is one episode's live worker, forked by the fork server (``tools.fork_server``).
+The per-cell time limit is a wall-clock watchdog here, in the env: on expiry the worker's whole
+process group is killed and the next cell gets a freshly forked worker. A cell's status, time
+and leftovers are decided here, from the clock, the sockets and ``/proc``, never from what the
+worker says about itself.
 """
 
 from __future__ import annotations
@@ -12,84 +13,22 @@ import contextlib
 import json
 import logging
 import os
-import select
 import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tools import kernel_server as wire
 from tools import sandbox as sandboxing
+from tools.fork_server import KernelError, KernelServer, wait_readable
 from tools.output import CappedOutput
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PRELOAD = (
-    "numpy",
-    "pandas",
-    "matplotlib.pyplot",
-    "seaborn",
-    "scipy.stats",
-    "sklearn",
-    "sklearn.linear_model",
-    "sklearn.ensemble",
-    "sklearn.model_selection",
-    "sklearn.preprocessing",
-    "sklearn.metrics",
-    "statsmodels.api",
-    "networkx",
-    "openpyxl",
-    "sqlite3",
-)
-SERVER_START_TIMEOUT_S = 180.0
-# What the kernel server (and so every cell) inherits from the trainer's environment: an
-# allowlist, so a credential under any name (the judge's API key, MYSQL_PWD, DATABASE_URL...)
-# stays out of reach of policy code.
-KERNEL_ENV_ALLOWLIST = frozenset(
-    {
-        "PATH",
-        "HOME",
-        "LANG",
-        "LANGUAGE",
-        "TZ",
-        "TERM",
-        "USER",
-        "LOGNAME",
-        "LD_LIBRARY_PATH",
-        "MPLBACKEND",
-        "OMP_NUM_THREADS",
-        "MKL_NUM_THREADS",
-        "OPENBLAS_NUM_THREADS",
-        "NUMEXPR_NUM_THREADS",
-        "NUMEXPR_MAX_THREADS",
-        "VECLIB_MAXIMUM_THREADS",
-        "PYTHONHASHSEED",
-        "SOURCE_DATE_EPOCH",
-    }
-)
-
-
-# Thread pools default to one thread per worker unless the trainer's environment says otherwise:
-# many episodes share the cores anyway, and an idle pool thread is a thread the leftover check
-# (counted from outside, docs/design.md section 12) cannot tell from one a cell left running.
-KERNEL_THREAD_DEFAULTS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def kernel_environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in KERNEL_ENV_ALLOWLIST or k.startswith("LC_")}
-    for key, value in KERNEL_THREAD_DEFAULTS.items():
-        env.setdefault(key, value)
-    return env
-
-
-SPAWN_TIMEOUT_S = 30.0
 CGROUP_KILL_WAIT_S = 0.5
 MAX_REPLY_BYTES = 64 * 1024  # a cell's reply is a status line; anything bigger is forged
-MAX_HELLO_BYTES = 64 * 1024
 DRAIN_LIMIT_S = 0.25  # bound on reading output a cell's leftovers keep writing
 # After a reply the worker must be back waiting for a request (Kernel._worker_idle) before it
 # spends this much CPU, sleeps this long elsewhere, or this much time passes.
@@ -100,10 +39,6 @@ IDLE_WALL_S = 5.0
 # (a thread waiting for the GIL, not a sign of anything).
 _ARCH_SYSCALLS = {"x86_64": ({"0", "45", "47"}, "202"), "aarch64": ({"63", "207", "212"}, "98")}
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-class KernelError(RuntimeError):
-    """The kernel infrastructure failed for reasons outside the policy's control."""
 
 
 class KernelLost(KernelError):
@@ -142,172 +77,8 @@ def _pidfd_pid(pidfd: int) -> int | None:
     return None
 
 
-def _readable(fds: list, timeout_s: float) -> set[int]:
-    """The descriptors (ints or sockets) readable within ``timeout_s`` — EOF and errors count.
-    ``poll``, not ``select``: a trainer with a thousand episodes holds descriptors past 1,024,
-    which ``select`` refuses."""
-    poller = select.poll()
-    for fd in fds:
-        poller.register(fd, select.POLLIN | select.POLLPRI)
-    return {fd for fd, _ in poller.poll(max(0, int(timeout_s * 1000 + 0.999)))}
-
-
 def _exited(pidfd: int, wait_s: float = 0.0) -> bool:
-    return bool(_readable([pidfd], wait_s))
-
-
-class KernelServer:
-    """One fork server process; shared by every episode of this process with the same settings.
-
-    The server is reachable only through a socket pair it inherits (``pass_fds``): nothing a
-    cell can see in the filesystem or in ``/proc`` lets it ask for a worker.
-    """
-
-    _instances: dict[tuple, KernelServer] = {}
-    _lock = threading.Lock()
-
-    def __init__(self, python: str, preload: tuple[str, ...], sandbox: dict | None = None):
-        self.python = python
-        self.preload = preload
-        self.sandbox = sandboxing.settings(sandbox)
-        self._chan_lock = threading.Lock()
-        self._exits: dict[int, int] = {}
-        self._chan, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        server_script = Path(__file__).with_name("kernel_server.py")
-        cfg = json.dumps({"preload": list(preload), "sandbox": self.sandbox})
-        try:
-            self.proc = subprocess.Popen(
-                [python, "-I", str(server_script), str(theirs.fileno()), cfg],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                close_fds=True,
-                pass_fds=(theirs.fileno(),),
-                env=kernel_environment(),
-            )
-        except OSError as exc:
-            self._chan.close()
-            raise KernelError(f"cannot start kernel interpreter {python!r}: {exc}") from exc
-        finally:
-            theirs.close()
-        ready = self._read_ready()
-        self.versions: dict[str, str] = ready.get("versions", {})
-        self.failed_preloads: dict[str, str] = ready.get("failed_preloads", {})
-        self.effective_sandbox: dict = ready.get("sandbox", {})
-        for name, why in self.failed_preloads.items():
-            log.warning("kernel preload %s failed under %s: %s", name, python, why)
-
-    def _read_ready(self) -> dict:
-        assert self.proc.stdout is not None
-        ready_fd = self.proc.stdout.fileno()
-        readable = _readable([ready_fd], SERVER_START_TIMEOUT_S)
-        line = self.proc.stdout.readline() if readable else b""
-        if not line:
-            self.shutdown()
-            raise KernelError(
-                f"kernel server under {self.python!r} did not start (exit code {self.proc.poll()}); "
-                "check that the interpreter runs and has the kernel stack "
-                "(pip install 'deepanalyze-env[kernel]')"
-            )
-        return json.loads(line)
-
-    @classmethod
-    def get(cls, python: str | None, preload: tuple[str, ...] | None, sandbox=None) -> KernelServer:
-        settings = sandboxing.settings(sandbox)
-        key = (
-            python or sys.executable,
-            tuple(DEFAULT_PRELOAD if preload is None else preload),
-            json.dumps(settings, sort_keys=True),
-            os.getpid(),
-        )
-        with cls._lock:
-            server = cls._instances.get(key)
-            if server is None or not server.alive():
-                if server is not None:
-                    log.warning(
-                        "kernel server %s died (exit %s); restarting", server.proc.pid, server.proc.poll()
-                    )
-                    server.shutdown()
-                server = cls(key[0], key[1], settings)
-                cls._instances[key] = server
-            return server
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def _drain_reports(self) -> None:
-        """Read the server's exit reports (non-blocking); caller holds ``_chan_lock``."""
-        while True:
-            try:
-                data = self._chan.recv(4096, socket.MSG_DONTWAIT)
-            except (BlockingIOError, OSError):
-                return
-            if not data:
-                return
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                report = json.loads(data)
-                self._exits[int(report["exit"])] = int(report["status"])
-                if len(self._exits) > 4096:  # reports nobody asked for: keep the newest
-                    for old in list(self._exits)[:2048]:
-                        del self._exits[old]
-
-    def spawn(self, workspace: str, memory_mb: int | None, stateful: bool, cpu_backstop_s: int | None):
-        """Fork a worker; returns (control socket, output read fd, hello, pidfd) — hello has the
-        sandbox protections in force; the pidfd is how the worker is killed, never its pid."""
-        out_r, out_w = os.pipe()
-        ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        spec = {
-            "op": "spawn",
-            "workspace": workspace,
-            "memory_mb": memory_mb,
-            "stateful": stateful,
-            "cpu_backstop_s": cpu_backstop_s,
-        }
-        fds: list[int] = []
-        try:
-            with self._chan_lock:
-                self._drain_reports()
-                socket.send_fds(self._chan, [json.dumps(spec).encode()], [theirs.fileno(), out_w])
-            theirs.close()
-            os.close(out_w)
-            out_w = -1
-            ctrl.settimeout(SPAWN_TIMEOUT_S)
-            hello, fds = wire.recv_msg(ctrl, with_fds=True, max_bytes=MAX_HELLO_BYTES)
-        except (OSError, ValueError) as exc:
-            theirs.close()
-            ctrl.close()
-            os.close(out_r)
-            if out_w >= 0:
-                os.close(out_w)
-            for fd in fds:
-                os.close(fd)
-            raise KernelError(f"kernel server did not fork a worker: {exc}") from exc
-        if not hello or not hello.get("hello") or len(fds) != 1:
-            ctrl.close()
-            os.close(out_r)
-            for fd in fds:
-                os.close(fd)
-            raise KernelError("kernel worker exited before it was ready")
-        ctrl.setblocking(False)
-        os.set_blocking(out_r, False)
-        return ctrl, out_r, hello, fds[0]
-
-    def shutdown(self) -> None:
-        with contextlib.suppress(Exception):
-            if self.proc.stdin:
-                self.proc.stdin.close()  # EOF: the server kills its workers and exits
-            self.proc.wait(timeout=5)
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        with contextlib.suppress(OSError):
-            self._chan.close()
-
-    @classmethod
-    def shutdown_all(cls) -> None:
-        with cls._lock:
-            for server in cls._instances.values():
-                server.shutdown()
-            cls._instances.clear()
+    return bool(wait_readable([pidfd], wait_s))
 
 
 class Kernel:
@@ -416,7 +187,7 @@ class Kernel:
         assert self._ctrl is not None
         if self._pidfd >= 0 and _exited(self._pidfd):
             return True
-        if not _readable([self._ctrl], 0):
+        if not wait_readable([self._ctrl], 0):
             return False
         try:
             return self._ctrl.recv(1, socket.MSG_PEEK) == b""
@@ -497,45 +268,7 @@ class Kernel:
             self._kill()
             self.restarts += 1
             return CellResult("crashed", self._idle_death_message(), 0.0, False, "KernelDied")
-        watch = [self._ctrl, self._out]
-        reply = None
-        status = None
-        violation = None
-        pending = bytearray()
-        while status is None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                status = "timeout"
-                break
-            fds = [w if isinstance(w, int) else w.fileno() for w in watch]
-            readable = _readable(fds, remaining)
-            if self._out in readable:
-                try:
-                    chunk = os.read(self._out, 1 << 16)
-                except BlockingIOError:
-                    chunk = None
-                if chunk:
-                    output.feed(chunk)
-                elif chunk == b"":
-                    watch.remove(self._out)  # every writer closed; keep waiting on the reply
-            if self._ctrl.fileno() in readable:
-                try:
-                    data = self._ctrl.recv(MAX_REPLY_BYTES + 8)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    data = b""
-                if not data:
-                    status = "crashed"
-                    break
-                pending += data
-                try:
-                    reply = self._parse_reply(pending)
-                except ProtocolViolation as exc:
-                    violation, status = str(exc), "crashed"
-                    break
-                if reply is not None:
-                    status = reply["status"]
+        status, reply, violation = self._await_reply(output, deadline)
         elapsed_ms = (time.monotonic() - start) * 1000.0
         self._drain_into(output)
         if violation is not None:
@@ -574,6 +307,53 @@ class Kernel:
             truncated=output.truncated,
             error_type=error_type if isinstance(error_type, str) else None,
         )
+
+    def _await_reply(
+        self, output: CappedOutput, deadline: float
+    ) -> tuple[str, dict[str, Any] | None, str | None]:
+        """Collect the cell's output until its reply, its deadline or the worker's end:
+        (status, reply, protocol violation). ``timeout`` and ``crashed`` are decided here, from
+        the clock and the socket, not from anything the worker sends."""
+        watch = [self._ctrl, self._out]
+        reply = None
+        status = None
+        violation = None
+        pending = bytearray()
+        while status is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                status = "timeout"
+                break
+            fds = [w if isinstance(w, int) else w.fileno() for w in watch]
+            readable = wait_readable(fds, remaining)
+            if self._out in readable:
+                try:
+                    chunk = os.read(self._out, 1 << 16)
+                except BlockingIOError:
+                    chunk = None
+                if chunk:
+                    output.feed(chunk)
+                elif chunk == b"":
+                    watch.remove(self._out)  # every writer closed; keep waiting on the reply
+            if self._ctrl.fileno() in readable:
+                try:
+                    data = self._ctrl.recv(MAX_REPLY_BYTES + 8)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    status = "crashed"
+                    break
+                pending += data
+                try:
+                    reply = self._parse_reply(pending)
+                except ProtocolViolation as exc:
+                    violation, status = str(exc), "crashed"
+                    break
+                if reply is not None:
+                    status = reply["status"]
+        return status, reply, violation
 
     def _leftovers(self) -> bool:
         """Counted from this side, whatever the worker replied: threads of the worker (its

@@ -20,6 +20,11 @@ Protocol. The server talks only to the process that started it, over an inherite
 - the server exits (killing its workers) when the pair or its stdin reaches EOF, i.e. when the
   process that started it is gone, whichever thread started it.
 Every message on a stream socket is a 4-byte big-endian length + JSON.
+
+Why one module over 650 lines: it runs as a standalone script under ``executor.python``, where
+nothing of this project can be imported but the sandbox file it loads by path; the wire format,
+the worker's cell loop and the server loop share one set of constants and helpers that both
+sides of a fork must agree on.
 """
 
 from __future__ import annotations

@@ -369,7 +369,40 @@ class GenerationEngine:
         buffer = _Buffer(kv)
         offsets = [width - len(r.ids) for r in requests]
 
-        # prefill, one row at a time (batched prefill would pad; on CPU it is compute-bound anyway)
+        last_logits, shared = self._prefill(model, requests, taken, cached, suffix, buffer, offsets, width)
+        fed = list(suffix)
+        self.stats.prefilled_tokens += sum(fed)
+        self.stats.reused_tokens += sum(c for c, e in zip(cached, taken, strict=True) if e is not None)
+        prefill_done = time.perf_counter()
+        self.stats.prefill_s += prefill_done - started
+        outputs, finish = self._decode(model, requests, buffer, offsets, width, capacity, last_logits)
+        self.stats.generated_tokens += sum(len(o) for o in outputs)
+        self.stats.decode_s += time.perf_counter() - prefill_done
+        return [
+            GenResult(outputs[i], finish[i] or "length", cached[i] - shared[i], fed[i], shared[i])
+            for i in range(rows)
+        ]
+
+    def _prefill(
+        self,
+        model: Any,
+        requests: Sequence[GenRequest],
+        taken: list[_Entry | None],
+        cached: list[int],
+        suffix: list[int],
+        buffer: _Buffer,
+        offsets: list[int],
+        width: int,
+    ) -> tuple[list[Any], list[int]]:
+        """Fill each row's cache up to ``width``: a kept entry's positions are copied, a prefix
+        another row of this call already computed (a GRPO group's prompt) is shared, the rest is
+        fed in chunks. Updates ``cached`` and ``suffix`` for shared prefixes; returns each row's
+        last logits and its shared token count. One row at a time: batched prefill would pad,
+        and on CPU it is compute-bound anyway."""
+        import torch
+
+        kv = buffer.kv
+        device = kv.device
         last_logits = []
         shared = [0] * len(requests)
         done_prefixes: list[tuple[int, list[int]]] = []  # (row, context) prefilled this call
@@ -407,13 +440,26 @@ class GenerationEngine:
                 pos = end
             last_logits.append(logits)
             done_prefixes.append((b, list(r.ids)))
-        fed = list(suffix)
-        self.stats.prefilled_tokens += sum(fed)
-        self.stats.reused_tokens += sum(c for c, e in zip(cached, taken, strict=True) if e is not None)
-        prefill_done = time.perf_counter()
-        self.stats.prefill_s += prefill_done - started
+        return last_logits, shared
 
-        # decode: all rows together, one shared write position
+    def _decode(
+        self,
+        model: Any,
+        requests: Sequence[GenRequest],
+        buffer: _Buffer,
+        offsets: list[int],
+        width: int,
+        capacity: int,
+        last_logits: list[Any],
+    ) -> tuple[list[list[int]], list[Finish | None]]:
+        """Decode every row together at one shared write position until each has stopped (end
+        token, a completed closing tag, or its ``max_new``); finished rows are dropped from the
+        batch in bulk and their caches kept for the next turn. Returns tokens and finish reasons."""
+        import torch
+
+        kv = buffer.kv
+        device, dtype, dim = kv.device, kv.dtype, kv.shape[5]
+        rows = len(requests)
         cand_table, eos_table = self._device_tables(device, last_logits[0].shape[-1])
         generators = []
         if self.temperature > 0:
@@ -494,12 +540,7 @@ class GenerationEngine:
             slot[1] += spent
         for j, i in enumerate(live):
             self._store(requests[i], outputs[i], kv[:, :, j, :, offsets[i] : ends[i]])
-        self.stats.generated_tokens += sum(len(o) for o in outputs)
-        self.stats.decode_s += time.perf_counter() - prefill_done
-        return [
-            GenResult(outputs[i], finish[i] or "length", cached[i] - shared[i], fed[i], shared[i])
-            for i in range(rows)
-        ]
+        return outputs, finish
 
     def _store(self, request: GenRequest, output: list[int], kv: Any) -> None:
         """Keep a finished row: its context and every generated token but the last (never fed)."""

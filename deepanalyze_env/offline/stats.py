@@ -92,40 +92,7 @@ def compute_stats(
         or any(u.get("finish_reason") == "length" for u in _usage_turns(r))
     )
 
-    calls = [c for r in records for c in ((r.get("judge") or {}).get("calls") or [])]
-    live_latency = [
-        float(c["latency_ms"]) for c in calls if c.get("latency_ms") is not None and not c.get("cached")
-    ]
-
-    with_usage = [r for r in records if _usage_turns(r)]
-    prompt_tokens = sum(int(u.get("prompt_tokens") or 0) for r in with_usage for u in _usage_turns(r))
-    completion_tokens = sum(int(u.get("completion_tokens") or 0) for r in with_usage for u in _usage_turns(r))
-
-    if with_usage and len(with_usage) == n:
-        length_source = "usage completion tokens"
-        lengths = [sum(int(u.get("completion_tokens") or 0) for u in _usage_turns(r)) for r in records]
-    elif count_tokens is not None:
-        length_source = "tokenizer tokens"
-        lengths = [sum(count_tokens(t) for t in _assistant_texts(r)) for r in records]
-    else:
-        length_source = "characters"
-        lengths = [sum(len(t) for t in _assistant_texts(r)) for r in records]
-
-    usage: dict[str, Any] = {
-        "episodes_with_usage": len(with_usage),
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-    }
-    if with_usage and scored:
-        usage["prompt_tokens_per_scored_episode"] = prompt_tokens / len(scored)
-        usage["completion_tokens_per_scored_episode"] = completion_tokens / len(scored)
-        if price_prompt is not None or price_completion is not None:
-            cost = (
-                prompt_tokens * (price_prompt or 0.0) + completion_tokens * (price_completion or 0.0)
-            ) / 1e6
-            usage["cost_usd"] = cost
-            usage["cost_per_scored_episode_usd"] = cost / len(scored)
-
+    length_source, lengths = _lengths(records, count_tokens)
     return {
         "episodes": n,
         "status_counts": dict(sorted(status.items())),
@@ -149,18 +116,67 @@ def compute_stats(
         "length": {"source": length_source, **distribution(lengths)},
         "truncated_episodes": truncated,
         "truncation_ratio": rate(truncated, n),
-        "judge": {
-            "calls": len(calls),
-            "failed": sum(1 for c in calls if c.get("error")),
-            "cached": sum(1 for c in calls if c.get("cached")),
-            "latency_ms": {
-                "n": len(live_latency),
-                "p50": float(np.percentile(live_latency, 50)) if live_latency else None,
-                "p95": float(np.percentile(live_latency, 95)) if live_latency else None,
-            },
-        },
-        "usage": usage,
+        "judge": _judge(records),
+        "usage": _usage(records, len(scored), price_prompt, price_completion),
     }
+
+
+def _lengths(
+    records: Sequence[dict[str, Any]], count_tokens: Callable[[str], int] | None
+) -> tuple[str, list[int]]:
+    """Each episode's length and its unit: the policy's own completion-token counts when every
+    record has usage, else the tokenizer's count of the assistant turns, else their characters."""
+    if records and all(_usage_turns(r) for r in records):
+        return "usage completion tokens", [
+            sum(int(u.get("completion_tokens") or 0) for u in _usage_turns(r)) for r in records
+        ]
+    if count_tokens is not None:
+        return "tokenizer tokens", [sum(count_tokens(t) for t in _assistant_texts(r)) for r in records]
+    return "characters", [sum(len(t) for t in _assistant_texts(r)) for r in records]
+
+
+def _judge(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Judge calls: how many, failed, cached, and the latency of the live (uncached) ones."""
+    calls = [c for r in records for c in ((r.get("judge") or {}).get("calls") or [])]
+    live = [float(c["latency_ms"]) for c in calls if c.get("latency_ms") is not None and not c.get("cached")]
+    return {
+        "calls": len(calls),
+        "failed": sum(1 for c in calls if c.get("error")),
+        "cached": sum(1 for c in calls if c.get("cached")),
+        "latency_ms": {
+            "n": len(live),
+            "p50": float(np.percentile(live, 50)) if live else None,
+            "p95": float(np.percentile(live, 95)) if live else None,
+        },
+    }
+
+
+def _usage(
+    records: Sequence[dict[str, Any]],
+    scored: int,
+    price_prompt: float | None,
+    price_completion: float | None,
+) -> dict[str, Any]:
+    """Token usage the policy reported, per scored episode, and its cost at the given prices
+    (USD per million tokens)."""
+    with_usage = [r for r in records if _usage_turns(r)]
+    prompt_tokens = sum(int(u.get("prompt_tokens") or 0) for r in with_usage for u in _usage_turns(r))
+    completion_tokens = sum(int(u.get("completion_tokens") or 0) for r in with_usage for u in _usage_turns(r))
+    usage: dict[str, Any] = {
+        "episodes_with_usage": len(with_usage),
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+    }
+    if with_usage and scored:
+        usage["prompt_tokens_per_scored_episode"] = prompt_tokens / scored
+        usage["completion_tokens_per_scored_episode"] = completion_tokens / scored
+        if price_prompt is not None or price_completion is not None:
+            cost = (
+                prompt_tokens * (price_prompt or 0.0) + completion_tokens * (price_completion or 0.0)
+            ) / 1e6
+            usage["cost_usd"] = cost
+            usage["cost_per_scored_episode_usd"] = cost / scored
+    return usage
 
 
 # ---------------------------------------------------------------------------- rendering

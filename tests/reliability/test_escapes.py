@@ -385,7 +385,7 @@ def test_no_socket_a_cell_could_ask_the_fork_server_for_a_worker(workspace_root:
 def test_a_request_cannot_loosen_the_servers_sandbox(workspace_root: Path):
     """Even the env's own channel: the sandbox in force is the server's, fixed at its start."""
     from tools import kernel_server as wire
-    from tools.kernel import KernelServer
+    from tools.fork_server import KernelServer
 
     eps = Episodes(workspace_root)
     server: KernelServer = eps.a.kernel.server
@@ -502,7 +502,7 @@ def test_cells_see_only_their_episode_and_no_privilege(workspace_root: Path):
 
 
 def test_credentials_under_any_name_stay_out(workspace_root: Path, monkeypatch: pytest.MonkeyPatch):
-    from tools.kernel import KernelServer
+    from tools.fork_server import KernelServer
 
     for name in ("MYSQL_PWD", "DATABASE_URL", "PGPASSFILE", "AWS_ACCESS_KEY_ID", "MY_SERVICE_DSN"):
         monkeypatch.setenv(name, "not-for-cells")
@@ -582,7 +582,8 @@ def test_cleanup_never_changes_a_file_a_link_points_to(tmp_path: Path):
 
 DRIVER = r"""
 import json, os, sys, tempfile, time
-from tools.kernel import Kernel, KernelServer
+from tools.fork_server import KernelServer
+from tools.kernel import Kernel
 root = tempfile.mkdtemp()
 a_ws, b_ws = os.path.join(root, 'a'), os.path.join(root, 'b')
 os.mkdir(a_ws); os.mkdir(b_ws)

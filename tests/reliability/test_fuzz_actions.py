@@ -73,7 +73,7 @@ class Runner:
 
 
 def check_step(env, action: str, out, fence_gate: bool) -> bool:
-    """Assert contract 3 for one step; returns True when the episode ended."""
+    """Assert the step output contract (docs/design.md §6) for one step; True when the episode ended."""
     assert set(out) >= {"observations", "reward", "done", "metadata", "postprocessed_action"}
     cut = protocol.truncate_action(action)
     # None keeps the sampled tokens: nothing was cut, or only whitespace rode on the closing tag

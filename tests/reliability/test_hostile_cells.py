@@ -355,7 +355,7 @@ def test_writes_outside_the_workspace_do_not_land(workspace_root: Path, tmp_path
 
 
 def test_cells_do_not_inherit_credentials(workspace_root: Path, monkeypatch: pytest.MonkeyPatch):
-    from tools.kernel import KernelServer
+    from tools.fork_server import KernelServer
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-for-cells")
     monkeypatch.setenv("HF_TOKEN", "hf-test-not-for-cells")

@@ -25,12 +25,12 @@ from deepanalyze_env.trainers.recipes import load_recipe  # noqa: E402
 from deepanalyze_env.trainers.trl.curriculum_sampler import CurriculumSampler, curriculum_trainer_class  # noqa: E402
 from deepanalyze_env.trainers.trl.rollout import (  # noqa: E402
     DeepAnalyzeRollout,
-    Generated,
     environment_reward,
     trl_dataset_rows,
     trl_prompt,
 )
 from deepanalyze_env.trainers.trl.train import _make_callback, build_curriculum  # noqa: E402
+from deepanalyze_env.trainers.trl.turns import Generated  # noqa: E402
 from tests.conftest import qa_extras  # noqa: E402
 
 BASE = {

@@ -238,7 +238,8 @@ def test_the_trl_backend_matches_the_reread_turns_and_drops_its_cache(lm, refere
     from accelerate import Accelerator
     from transformers import GenerationConfig
 
-    from deepanalyze_env.trainers.trl.rollout import CachedTurns, split_turn
+    from deepanalyze_env.trainers.trl.rollout import split_turn
+    from deepanalyze_env.trainers.trl.turns import CachedTurns
 
     tok, model = lm
     trainer = SimpleNamespace(

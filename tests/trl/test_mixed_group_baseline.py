@@ -16,11 +16,11 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from deepanalyze_env.trainers.trl.rollout import (  # noqa: E402
     DeepAnalyzeRollout,
-    Generated,
     environment_reward,
     trl_dataset_rows,
     trl_prompt,
 )
+from deepanalyze_env.trainers.trl.turns import Generated  # noqa: E402
 from rewards import Method, register_method, register_reward  # noqa: E402
 from tests.conftest import qa_extras  # noqa: E402
 

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from deepanalyze_env.trainers.trl.rollout import DeepAnalyzeRollout, Generated, environment_reward, trl_prompt
+from deepanalyze_env.trainers.trl.rollout import DeepAnalyzeRollout, environment_reward, trl_prompt
+from deepanalyze_env.trainers.trl.turns import Generated
 from tests.conftest import qa_extras
 
 CODE_TURN = "<Analyze>look</Analyze>\n<Code>\n```python\nprint(6 * 7)\n```\n</Code>"

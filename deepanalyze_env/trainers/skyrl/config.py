@@ -39,7 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "generator.max_turns": 30,  # DeepAnalyze's turn limit; SkyRL's default is 1
     "generator.use_conversation_multi_turn": False,  # observations as raw text in one assistant turn
     "generator.sampling_params.stop": STOP,  # a turn ends at the tag that completes an action
-    "generator.apply_overlong_filtering": True,  # contract 3: length-cut episodes stay out of the loss
+    "generator.apply_overlong_filtering": True,  # length-cut episodes stay out of the loss
     "trainer.algorithm.advantage_estimator": ESTIMATOR,  # infra failures out of the gradient
     "trainer.algorithm.use_kl_loss": False,  # DeepAnalyze trained without it (SkyRL's default: true)
     f"{ENV_SECTION}.row_errors": "episode",  # a row that goes bad mid-run fails its episode, not the batch

@@ -59,6 +59,9 @@ def curriculum_trainer_class(base: Any, curriculum: SuccessRateCurriculum) -> An
     """A ``GRPOTrainer`` subclass whose train sampler is the curriculum (TRL itself unpatched)."""
 
     class CurriculumGRPOTrainer(base):
+        """The user's trainer class with one change: tasks are drawn by the curriculum's
+        weights, so GRPO's groups come from tasks whose episodes can differ."""
+
         def _get_train_sampler(self, dataset: Any = None) -> Sampler:
             dataset = self.train_dataset if dataset is None else dataset
             if len(dataset) != len(curriculum.task_ids):
