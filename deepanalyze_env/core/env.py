@@ -12,13 +12,25 @@ import logging
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.config import ConfigError, EnvConfig
-from deepanalyze_env.core.contracts import EXEC_STATUSES, REWARD_STATUSES, TERMINATIONS, EpisodeResult
+from deepanalyze_env.core.contracts import (
+    EXEC_STATUSES,
+    REWARD_STATUSES,
+    TERMINATIONS,
+    EpisodeResult,
+    ExecInfo,
+    ExecStatus,
+    FinalMetadata,
+    Gate,
+    RewardStatus,
+    Termination,
+    TurnMetadata,
+)
 from deepanalyze_env.core.prefix import PrefixTurn, first_mismatch, parse_prefix, prefix_messages
 from deepanalyze_env.core.profiles import PROFILES, Profile
 from deepanalyze_env.core.records import RecordWriter, build_record, judge_versions, package_version
@@ -113,7 +125,7 @@ def start_kernel(config: EnvConfig, profile: Profile, workspace: Path) -> Kernel
 
 def execute_action(
     kernel: Kernel | None, profile: Profile, cut: str, has_workspace: bool
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, ExecInfo]:
     """Run the code of one (already cut) policy turn: its output and ``ExecInfo``.
 
     The one place a turn becomes a cell, shared by ``step`` and the prefix replay at ``init`` so
@@ -128,7 +140,7 @@ def execute_action(
     assert kernel is not None
     result = kernel.run(code)
     return result.output, {
-        "status": result.status,
+        "status": cast(ExecStatus, result.status),
         "elapsed_ms": result.elapsed_ms,
         "truncated": result.truncated,
     }
@@ -210,11 +222,11 @@ class DeepAnalyzeEnv(BaseTextEnv):
         self.prompt_len = 0
         self.policy_turns: list[str] = []
         self.code_pass: list[int] = []
-        self.exec_log: list[dict[str, Any]] = []
+        self.exec_log: list[ExecInfo] = []
         self.kernel: Kernel | None = None
         self.workspace: Workspace | None = None
         self.kernel_versions: dict[str, str] = {}
-        self.final_metadata: dict[str, Any] | None = None
+        self.final_metadata: FinalMetadata | None = None
         self.final_reward: float | None = None
         self.timings: dict[str, float] = {}
         self._closed = False
@@ -326,7 +338,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
                 observations=[],
                 reward=self.final_reward,
                 done=True,
-                metadata=dict(self.final_metadata),
+                metadata=dict(self.final_metadata.copy()),
                 postprocessed_action="",
             )
         self.turns += 1
@@ -387,11 +399,12 @@ class DeepAnalyzeEnv(BaseTextEnv):
         self.exec_log.append(exec_meta)
         observation = {"role": self.config.observation_role, "content": protocol.render_observation(output)}
         self.messages.append(observation)
+        turn: TurnMetadata = {"code_pass": passed, "exec": exec_meta}
         return BaseTextEnvStepOutput(
             observations=[observation],
             reward=0.0,
             done=False,
-            metadata={"code_pass": passed, "exec": exec_meta},
+            metadata=dict(turn),
             postprocessed_action=cut,
         )
 
@@ -423,7 +436,9 @@ class DeepAnalyzeEnv(BaseTextEnv):
             self.judge_session = JudgeSession(self.judge_client, score_rule=self.profile.score_rule)
         return self.judge_session
 
-    def _finish(self, termination: str, cut: str, infra_error: str | None = None) -> BaseTextEnvStepOutput:
+    def _finish(
+        self, termination: Termination, cut: str, infra_error: str | None = None
+    ) -> BaseTextEnvStepOutput:
         start = time.monotonic()
         if infra_error is not None:
             outcome = RewardOutcome(0.0, {}, "environment_error", False, None, infra_error)
@@ -434,11 +449,11 @@ class DeepAnalyzeEnv(BaseTextEnv):
                 log.exception("reward computation failed")
                 outcome = RewardOutcome(0.0, {}, "verifier_error", True, None, f"{type(exc).__name__}: {exc}")
         self.timings["reward_ms"] = (time.monotonic() - start) * 1000.0
-        metadata: dict[str, Any] = {
+        metadata: FinalMetadata = {
             "reward_components": dict(outcome.components),
-            "reward_status": outcome.status,
+            "reward_status": cast(RewardStatus, outcome.status),
             "format_ok": outcome.format_ok,
-            "gate": outcome.gate,
+            "gate": cast("Gate | None", outcome.gate),
             "termination": termination,
             "code_pass": list(self.code_pass),
             "turns": self.turns,
@@ -495,7 +510,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
             task_id=self.task_id,
             messages=list(self.messages),
             reward=self.final_reward,
-            metadata=dict(self.final_metadata) if self.final_metadata is not None else None,  # type: ignore[arg-type]
+            metadata=self.final_metadata.copy() if self.final_metadata is not None else None,
             code_pass=list(self.code_pass),
             turns=self.turns,
             exec=list(self.exec_log),
