@@ -66,6 +66,11 @@ class RewardContext:
     prefix_turns: int = 0
     """Policy turns of the row's ``prefix`` (a recovery task); 0 for an ordinary row. Every other
     field covers only the turns after the prefix (``messages`` excepted: the whole conversation)."""
+    action_format: str = "tags"
+    """How the policy acted: ``tags`` or ``tools`` (``env_config.action_format``); ``answer`` is
+    the ``submit_answer`` argument in ``tools``."""
+    tool_errors: list[str] = field(default_factory=list)
+    """``tools`` format: why each invalid tool call was invalid (any fails the format gate)."""
 
     def kwargs_for(self, fn: RewardFunction) -> dict[str, Any]:
         return {name: getattr(self, name) for name in fn.params}
@@ -161,19 +166,32 @@ class RewardPlan:
 
     # ------------------------------------------------------------------ scoring
 
-    def gate(self, policy_text: str) -> str | None:
-        if protocol.missing_gate_tags(policy_text):
-            return "tags"
+    def gate(self, ctx: RewardContext) -> tuple[str, str] | None:
+        """Which format gate the episode fails and why, or None when it passes. Tags: the
+        protocol tags in the policy's text, and Python fences for fence-gated methods. Tools: the
+        same in spirit — every call valid, and the episode ended with ``submit_answer`` (code
+        goes in a ``code`` argument, so there is no fence to check)."""
+        if ctx.action_format == "tools":
+            if ctx.tool_errors:
+                return "tools", "; ".join(ctx.tool_errors)
+            if ctx.answer is None:
+                return "tools", "the episode ended without a submit_answer call"
+            return None
+        missing = protocol.missing_gate_tags(ctx.policy_text)
+        if missing:
+            return "tags", f"missing {', '.join(missing)}"
         if self.method.fence_gate and not all(
-            protocol.is_python_fenced(block) for block in protocol.code_blocks(policy_text)
+            protocol.is_python_fenced(block) for block in protocol.code_blocks(ctx.policy_text)
         ):
-            return "fence"
+            return "fence", "a <Code> block is not one ```python fenced block"
         return None
 
     def score(self, ctx: RewardContext) -> RewardOutcome:
-        gate = self.gate(ctx.policy_text)
-        if gate is not None:
-            return RewardOutcome(GATE_PENALTY, {FORMAT_GATE: GATE_PENALTY}, "scored", False, gate)
+        failed = self.gate(ctx)
+        if failed is not None:
+            gate, why = failed
+            penalty, notes = {FORMAT_GATE: GATE_PENALTY}, {"notes": {FORMAT_GATE: why}}
+            return RewardOutcome(GATE_PENALTY, penalty, "scored", False, gate, details=notes)
         components: dict[str, float] = {}
         errors: list[str] = []
         results: dict[str, Any] = {}

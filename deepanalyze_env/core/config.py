@@ -70,6 +70,8 @@ CacheJournal = Literal["auto", "wal", "delete"]
 CACHE_JOURNALS: tuple[str, ...] = get_args(CacheJournal)
 RowErrors = Literal["raise", "episode"]
 ROW_ERRORS: tuple[str, ...] = get_args(RowErrors)
+ActionFormat = Literal["tags", "tools"]
+ACTION_FORMATS: tuple[str, ...] = get_args(ActionFormat)
 
 
 @dataclass
@@ -169,11 +171,15 @@ class EnvConfig:
     max_turns: int = 30
     """Turn limit when the row sets none (under SkyRL, ``generator.max_turns`` is the limit)."""
     observation_role: str = "user"
-    """Role of the ``<Execute>`` observation messages."""
+    """Role of the ``<Execute>`` observation messages (tag format; tool results are role ``tool``)."""
+    action_format: str = "tags"
+    """How the policy acts: ``tags`` (``<Analyze>/<Code>/<Answer>``) or ``tools`` (native tool calls
+    of ``run_python(code)`` and ``submit_answer(answer)``, ``core/tool_calls.py``); v1 profile only."""
     stateful_cells: bool = False
     """Keep variables between cells (DeepAnalyze's harness gives each cell a fresh namespace)."""
     system_prompt: str | None = None
-    """``protocol`` (the shipped tag-protocol prompt), a file path, or null for none."""
+    """``protocol`` (the shipped prompt of the action format: the tag protocol, or the tools'
+    use), a file path, or null for none."""
     records_dir: str | None = None
     """Append each episode's record to ``episodes-<host>-<pid>.jsonl`` here on ``close()``."""
     policy_id: str | None = None
@@ -207,6 +213,16 @@ class EnvConfig:
             )
         if not self.observation_role:
             raise ConfigError("env_config.observation_role must be a non-empty role name")
+        if self.action_format not in ACTION_FORMATS:
+            raise ConfigError(
+                f"env_config.action_format must be one of {', '.join(ACTION_FORMATS)}, "
+                f"got {self.action_format!r}"
+            )
+        if self.action_format == "tools" and self.profile != "v1":
+            raise ConfigError(
+                "env_config.action_format: tools needs profile v1 "
+                "(the upstream profile is DeepAnalyze's tag rules)"
+            )
         self.executor.validate()
 
 

@@ -33,8 +33,9 @@ ExecStatus = Literal["ok", "error", "timeout", "crashed", "no_code", "skipped"]
 """Outcome of one code turn: ran cleanly; raised; hit ``timeout_s``; its process died (the
 policy's doing); the turn held no code; not run (``upstream`` profile, task without data)."""
 
-Gate = Literal["tags", "fence"]
-"""Which format gate failed: the protocol tags, or (datatask/openresearch) a non-Python fence."""
+Gate = Literal["tags", "fence", "tools"]
+"""Which format gate failed: the protocol tags, (datatask/openresearch) a non-Python fence, or
+(``action_format: tools``) an invalid tool call or no ``submit_answer``."""
 
 ProfileName = Literal["v1", "upstream"]
 
@@ -82,7 +83,7 @@ class FinalMetadata(TypedDict):
     turns: int  # policy turns taken
     exec: list[ExecInfo]  # per code turn
     error: NotRequired[str]  # why the status is not ``scored``
-    reward_notes: NotRequired[dict[str, str]]  # function name → why it scored what it did
+    reward_notes: NotRequired[dict[str, str]]  # function name (or format_gate) → why it scored what it did
     judge: NotRequired[JudgeSummary]  # present when the judge was called
 
 
@@ -108,7 +109,7 @@ class EpisodeRecord(TypedDict):
     input_seq: str | None
     data: str | None
     workspace_id: str | None
-    messages: list[dict[str, str]]  # prompt, policy turns and observations, as the model saw them
+    messages: list[dict[str, Any]]  # prompt, policy turns (tool calls structured) and observations
     reward: float | None
     reward_components: dict[str, float]
     reward_status: str  # a RewardStatus, or "unfinished" for an episode closed before its end
@@ -138,7 +139,7 @@ class EpisodeResult:
 
     extras: dict[str, Any]  # the dataset row's extras (task fields, episode_id, usage)
     task_id: str | None
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     reward: float | None  # None while unfinished
     metadata: FinalMetadata | None  # None while unfinished
     code_pass: list[int]

@@ -16,7 +16,8 @@ from typing import Any, cast
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from deepanalyze_env.core import protocol
+from deepanalyze_env.core import protocol, tool_calls
+from deepanalyze_env.core.cells import execute_action, resolve_workspace, run_cell, start_kernel
 from deepanalyze_env.core.config import ConfigError, EnvConfig
 from deepanalyze_env.core.contracts import (
     EXEC_STATUSES,
@@ -24,7 +25,6 @@ from deepanalyze_env.core.contracts import (
     TERMINATIONS,
     EpisodeResult,
     ExecInfo,
-    ExecStatus,
     FinalMetadata,
     Gate,
     RewardStatus,
@@ -32,8 +32,9 @@ from deepanalyze_env.core.contracts import (
     TurnMetadata,
 )
 from deepanalyze_env.core.prefix import PrefixTurn, first_mismatch, parse_prefix, prefix_messages
-from deepanalyze_env.core.profiles import PROFILES, Profile
+from deepanalyze_env.core.profiles import PROFILES
 from deepanalyze_env.core.records import RecordWriter, build_record, judge_versions, package_version
+from deepanalyze_env.core.tool_calls import ParsedTurn
 from rewards import RewardContext, RewardOutcome, RewardSpecError
 from tools.kernel import Kernel, KernelError
 from tools.workspace import UnsafeWorkspace, Workspace
@@ -41,19 +42,18 @@ from tools.workspace import UnsafeWorkspace, Workspace
 log = logging.getLogger(__name__)
 
 
-NO_CODE_MESSAGE = (
-    "[Error]:\nNo code was found in this turn. Put Python code in a fenced block inside "
-    "<Code>...</Code>, or give the final answer inside <Answer>...</Answer>."
-)
+SHIPPED_PROMPTS = {"tags": "prompts/protocol.md", "tools": "prompts/tools.md"}  # action format -> file
 
 
-def load_system_prompt(setting: str | None) -> str | None:
+def load_system_prompt(setting: str | None, action_format: str = "tags") -> str | None:
+    """The system prompt ``env_config.system_prompt`` names: ``protocol`` is the shipped prompt of
+    the action format (the tag protocol, or how to use the two tools), else a file."""
     if setting is None:
         return None
     if setting == "protocol":
         return (
             resources.files("deepanalyze_env.core")
-            .joinpath("prompts/protocol.md")
+            .joinpath(SHIPPED_PROMPTS[action_format])
             .read_text(encoding="utf-8")
         )
     path = Path(setting).expanduser()
@@ -75,21 +75,6 @@ def _judge_client(config: Any, functions: list[str]):
     return client
 
 
-def resolve_workspace(root: str | None, data: Any, workspace_id: Any) -> Path | None:
-    """``workspace_root/data/workspace_id`` (upstream layout); None when the row has no data."""
-    parts = [str(p) for p in (data, workspace_id) if p not in (None, "")]
-    if not parts:
-        return None
-    if not root:
-        raise ConfigError(
-            f"the task names a workspace ({'/'.join(parts)}) but env_config.workspace_root is not set"
-        )
-    path = Path(root).expanduser().joinpath(*parts)
-    if not path.is_dir():
-        raise ConfigError(f"workspace folder does not exist: {path} (workspace_root/data/workspace_id)")
-    return path
-
-
 def keeps_sampled_tokens(text: str, cut: str) -> bool:
     """Whether a trainer should keep the sampled tokens of a turn the env cut to ``cut``.
 
@@ -104,71 +89,6 @@ def keeps_sampled_tokens(text: str, cut: str) -> bool:
 
 
 RECOVERY_COMPONENT = "recovery"
-
-
-def start_kernel(config: EnvConfig, profile: Profile, workspace: Path) -> Kernel:
-    """The episode's kernel worker, with the executor settings of ``config``."""
-    ex = config.executor
-    return Kernel(
-        workspace,
-        timeout_s=ex.timeout_s,
-        memory_mb=ex.memory_mb,
-        max_output_chars=ex.max_output_chars,
-        stateful=config.stateful_cells,
-        python=ex.python,
-        preload=tuple(ex.preload) if ex.preload is not None else None,
-        timeout_message=profile.timeout_message,
-        crash_message=profile.crash_message,
-        sandbox=getattr(ex, "sandbox", None),
-    )
-
-
-def execute_action(
-    kernel: Kernel | None, profile: Profile, cut: str, has_workspace: bool
-) -> tuple[str, ExecInfo]:
-    """Run the code of one (already cut) policy turn: its output and ``ExecInfo``.
-
-    The one place a turn becomes a cell, shared by ``step`` and the prefix replay at ``init`` so
-    a replayed turn meets exactly the rules it met when it was recorded.
-    """
-    code = protocol.extract_code(cut)
-    if code is None:
-        return NO_CODE_MESSAGE, {"status": "no_code", "elapsed_ms": 0.0, "truncated": False}
-    if not has_workspace and not profile.run_without_workspace:
-        # upstream ran no code for a task without a workspace; the turn then counted 0
-        return "", {"status": "skipped", "elapsed_ms": 0.0, "truncated": False}
-    assert kernel is not None
-    result = kernel.run(code)
-    return result.output, {
-        "status": cast(ExecStatus, result.status),
-        "elapsed_ms": result.elapsed_ms,
-        "truncated": result.truncated,
-    }
-
-
-def replay_prefix(env_config: Any, row: dict[str, Any]) -> str | None:
-    """Replay a row's ``prefix`` in a fresh workspace and kernel, as ``init`` does, without
-    building its reward plan (so no judge is needed): the first mismatch, or None when every
-    cell gives its recorded output. ``deepanalyze-rl recover`` checks each row with this before
-    writing it. Raises ``ConfigError`` for a bad row, ``KernelError`` when no kernel starts."""
-    config = EnvConfig.from_any(env_config)
-    if config.profile not in PROFILES:
-        raise ConfigError(f"env_config.profile must be one of {', '.join(PROFILES)}, got {config.profile!r}")
-    profile = PROFILES[config.profile]
-    turns = parse_prefix(row.get("prefix"), profile.has_answer)
-    source = resolve_workspace(config.workspace_root, row.get("data"), row.get("workspace_id"))
-    try:
-        workspace = Workspace(source)
-    except UnsafeWorkspace as exc:
-        raise ConfigError(str(exc)) from exc
-    kernel = None
-    try:
-        kernel = start_kernel(config, profile, workspace.path)
-        return first_mismatch(turns, lambda a: execute_action(kernel, profile, a, source is not None)[0])
-    finally:
-        if kernel is not None:
-            kernel.close()
-        workspace.remove()
 
 
 class DeepAnalyzeEnv(BaseTextEnv):
@@ -215,10 +135,13 @@ class DeepAnalyzeEnv(BaseTextEnv):
             # row check catches what it can; this is what only shows up at episode time)
             log.error("bad dataset row (task %s): %s", self.extras.get("task_id"), exc)
             self._infra_error = f"bad dataset row: {exc}"
-        self.system_prompt = load_system_prompt(self.config.system_prompt)
+        self.system_prompt = load_system_prompt(self.config.system_prompt, self.config.action_format)
+        self.tools_mode = self.config.action_format == "tools"
+        self.submitted: str | None = None  # tools format: the submit_answer argument
+        self.tool_errors: list[str] = []  # tools format: why each invalid call was invalid
         self.task_id = self.extras.get("task_id") or self.extras.get("id")
 
-        self.messages: list[dict[str, str]] = []
+        self.messages: list[dict[str, Any]] = []
         self.prompt_len = 0
         self.policy_turns: list[str] = []
         self.code_pass: list[int] = []
@@ -268,6 +191,8 @@ class DeepAnalyzeEnv(BaseTextEnv):
             self.config.workspace_root, self.extras.get("data"), self.extras.get("workspace_id")
         )
         if self.extras.get("prefix") is not None:
+            if self.config.action_format == "tools":
+                raise ConfigError("a row with a prefix (a recovery task) needs action_format: tags")
             self.prefix = parse_prefix(self.extras["prefix"], self.profile.has_answer)
         if RECOVERY_COMPONENT in getattr(self.plan, "weights", {}) and not self.prefix:
             raise ConfigError(
@@ -343,13 +268,75 @@ class DeepAnalyzeEnv(BaseTextEnv):
             )
         self.turns += 1
         text = action if isinstance(action, str) else str(action)
-        cut = self.profile.truncate(text)
-        self.policy_turns.append(cut)
-        self.messages.append({"role": "assistant", "content": cut})
-        out = self._advance(cut)
+        if self.tools_mode:
+            cut = tool_calls.truncate(text)
+            out = self.act(tool_calls.parse_turn(cut), cut, counted=True)
+        else:
+            cut = self.profile.truncate(text)
+            self.policy_turns.append(cut)
+            self.messages.append({"role": "assistant", "content": cut})
+            out = self._advance(cut)
         if keeps_sampled_tokens(text, cut):
             out["postprocessed_action"] = None
         return out
+
+    def act(self, turn: ParsedTurn, raw: str | None = None, counted: bool = False) -> BaseTextEnvStepOutput:
+        """One policy turn of the tools format, its call already parsed (a trainer that parses
+        calls itself, such as TRL's ``environment_factory``, calls this; ``step`` parses text and
+        calls it too). ``raw`` is the turn's text as the policy wrote it (default: the free text
+        and the call rendered as hermes text). Never raises for anything the policy wrote."""
+        if not self.tools_mode:
+            raise ConfigError("act() is the tools action format's step; this env has action_format: tags")
+        if self.final_metadata is not None:
+            return self.step("")
+        if not counted:
+            self.turns += 1
+        if raw is None:
+            raw = turn.text + (tool_calls.render_call(turn.call) if turn.call is not None else "")
+        self.policy_turns.append(raw)
+        self.messages.append(tool_calls.assistant_message(turn, raw))
+        try:
+            if self._infra_error:
+                return self._finish("error", raw, infra_error=self._infra_error)
+            if turn.error is not None:
+                self.tool_errors.append(f"turn {self.turns}: {turn.error}: {turn.detail}")
+            if turn.call is None and turn.error is None:
+                return self._finish("eos", raw)  # a message without a call hands the turn back: the end
+            if turn.call is not None and turn.call.name == tool_calls.SUBMIT_ANSWER:
+                self.submitted = turn.call.argument
+                return self._finish("answer", raw)
+            if self.turns >= self.max_turns:
+                return self._finish("max_turns", raw)
+            return self._tool_turn(turn, raw)
+        except KernelError as exc:
+            return self._finish("error", raw, infra_error=str(exc))
+        except Exception as exc:  # a bug of ours must not take the trainer down
+            log.exception("internal error in act()")
+            return self._finish("error", raw, infra_error=f"internal error: {type(exc).__name__}: {exc}")
+
+    def _tool_turn(self, turn: ParsedTurn, raw: str) -> BaseTextEnvStepOutput:
+        """A ``run_python`` call runs as a cell; an invalid call runs nothing and its result says
+        why (it counts as a turn without code: ``no_code``, code_pass 0)."""
+        if turn.call is None:
+            output: str = tool_calls.error_output(turn)
+            exec_meta: ExecInfo = {"status": "no_code", "elapsed_ms": 0.0, "truncated": False}
+        else:
+            output, exec_meta = run_cell(
+                self.kernel, self.profile, turn.call.argument, self.source_workspace is not None
+            )
+        passed = self.profile.code_pass(exec_meta["status"], output)
+        self.code_pass.append(passed)
+        self.exec_log.append(exec_meta)
+        observation = tool_calls.result_message(tool_calls.RUN_PYTHON, output)
+        self.messages.append(observation)
+        turn_meta: TurnMetadata = {"code_pass": passed, "exec": exec_meta}
+        return BaseTextEnvStepOutput(
+            observations=[observation],
+            reward=0.0,
+            done=False,
+            metadata=dict(turn_meta),
+            postprocessed_action=raw,
+        )
 
     def _advance(self, cut: str) -> BaseTextEnvStepOutput:
         try:
@@ -375,6 +362,13 @@ class DeepAnalyzeEnv(BaseTextEnv):
             return self.step("")
         self.turns += 1
         text = action if isinstance(action, str) else str(action)
+        if self.tools_mode:  # no closing </tool_call> came: whatever call it began does not count
+            turn = tool_calls.parse_turn(text)
+            if turn.error is not None:
+                self.tool_errors.append(f"turn {self.turns}: {turn.error}: {turn.detail}")
+            self.policy_turns.append(text)
+            self.messages.append(tool_calls.assistant_message(turn, text))
+            return self._finish("error" if self._infra_error else "eos", text, infra_error=self._infra_error)
         cut = self.profile.truncate(text)
         self.policy_turns.append(cut)
         self.messages.append({"role": "assistant", "content": cut})
@@ -411,8 +405,12 @@ class DeepAnalyzeEnv(BaseTextEnv):
     def _context(self) -> RewardContext:
         # prompt_len covers the prefix: everything scored is what the policy did after it
         episode = self.messages[self.prompt_len :]
+        if self.tools_mode:
+            answer = protocol.answer_value(self.submitted)
+        else:
+            answer = protocol.extract_answer(self.policy_turns)
         return RewardContext(
-            answer=protocol.extract_answer(self.policy_turns),
+            answer=answer,
             policy_text="\n".join(self.policy_turns),
             trajectory="".join(m["content"] for m in episode),
             messages=list(self.messages),
@@ -425,6 +423,8 @@ class DeepAnalyzeEnv(BaseTextEnv):
             judge=self._judge_session(),
             exec_statuses=[e["status"] for e in self.exec_log],
             prefix_turns=len(self.prefix),
+            action_format=self.config.action_format,
+            tool_errors=list(self.tool_errors),
         )
 
     def _judge_session(self):

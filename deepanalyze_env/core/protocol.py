@@ -97,9 +97,15 @@ def extract_answer(policy_turns: Iterable[str]) -> str | None:
     for turn in policy_turns:
         for block in blocks(strip_think(turn), ANSWER_OPEN, ANSWER_CLOSE):
             last = block
-    if last is None:
+    return answer_value(last)
+
+
+def answer_value(text: str | None) -> str | None:
+    """The answer an answer text gives: after its last ``Answer:``, stripped (both action
+    formats read a final answer by this rule)."""
+    if text is None:
         return None
-    text = last.strip()
+    text = text.strip()
     marker = text.rfind("Answer:")
     if marker >= 0:
         text = text[marker + len("Answer:") :].strip()

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from deepanalyze_env import ENV_ID
+from deepanalyze_env.core.cells import resolve_workspace
 from deepanalyze_env.core.config import ConfigError
-from deepanalyze_env.core.env import resolve_workspace
 
 TASK_KEYS = ("id", "method", "instruction", "reward_spec")
 DATA_SOURCE = "deepanalyze"  # SkyRL's data_source column for rendered tasks

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
 from deepanalyze_env import ENV_ID
+from deepanalyze_env.core.cells import replay_prefix
 from deepanalyze_env.core.config import ConfigError, EnvConfig
-from deepanalyze_env.core.env import load_system_prompt, replay_prefix
+from deepanalyze_env.core.env import load_system_prompt
 from deepanalyze_env.core.prefix import OBSERVATION_HEAD
 from deepanalyze_env.core.profiles import PROFILES
 from deepanalyze_env.core.tasks import DATA_SOURCE
@@ -211,7 +212,7 @@ def recover(
     A kernel fault during a replay counts the row as not reproducible, with the fault as reason.
     """
     config = EnvConfig.from_any(env_config)
-    system_prompt = load_system_prompt(config.system_prompt)
+    system_prompt = load_system_prompt(config.system_prompt, config.action_format)
     report = RecoverReport()
     pending: list[tuple[dict[str, Any], Cut]] = []
     for record in records:

@@ -1,0 +1,112 @@
+"""How a turn's code becomes a cell: the task's workspace folder, the episode's kernel, one
+cell run under the profile's rules, and the replay of a recovery row's prefix.
+
+Shared by ``DeepAnalyzeEnv`` (both action formats run code through :func:`run_cell`) and by
+``deepanalyze-rl recover`` (which checks a row's prefix with :func:`replay_prefix` before
+writing it), so a replayed turn meets exactly the rules it met when it was recorded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+from deepanalyze_env.core import protocol
+from deepanalyze_env.core.config import ConfigError, EnvConfig
+from deepanalyze_env.core.contracts import ExecInfo, ExecStatus
+from deepanalyze_env.core.prefix import first_mismatch, parse_prefix
+from deepanalyze_env.core.profiles import PROFILES, Profile
+from tools.kernel import Kernel
+from tools.workspace import UnsafeWorkspace, Workspace
+
+NO_CODE_MESSAGE = (
+    "[Error]:\nNo code was found in this turn. Put Python code in a fenced block inside "
+    "<Code>...</Code>, or give the final answer inside <Answer>...</Answer>."
+)
+
+
+def resolve_workspace(root: str | None, data: Any, workspace_id: Any) -> Path | None:
+    """``workspace_root/data/workspace_id`` (upstream layout); None when the row has no data."""
+    parts = [str(p) for p in (data, workspace_id) if p not in (None, "")]
+    if not parts:
+        return None
+    if not root:
+        raise ConfigError(
+            f"the task names a workspace ({'/'.join(parts)}) but env_config.workspace_root is not set"
+        )
+    path = Path(root).expanduser().joinpath(*parts)
+    if not path.is_dir():
+        raise ConfigError(f"workspace folder does not exist: {path} (workspace_root/data/workspace_id)")
+    return path
+
+
+def start_kernel(config: EnvConfig, profile: Profile, workspace: Path) -> Kernel:
+    """The episode's kernel worker, with the executor settings of ``config``."""
+    ex = config.executor
+    return Kernel(
+        workspace,
+        timeout_s=ex.timeout_s,
+        memory_mb=ex.memory_mb,
+        max_output_chars=ex.max_output_chars,
+        stateful=config.stateful_cells,
+        python=ex.python,
+        preload=tuple(ex.preload) if ex.preload is not None else None,
+        timeout_message=profile.timeout_message,
+        crash_message=profile.crash_message,
+        sandbox=getattr(ex, "sandbox", None),
+    )
+
+
+def execute_action(
+    kernel: Kernel | None, profile: Profile, cut: str, has_workspace: bool
+) -> tuple[str, ExecInfo]:
+    """Run the code of one (already cut) tag-format turn: its output and ``ExecInfo``.
+
+    The one place a tag turn becomes a cell, shared by ``step`` and the prefix replay at
+    ``init`` so a replayed turn meets exactly the rules it met when it was recorded.
+    """
+    return run_cell(kernel, profile, protocol.extract_code(cut), has_workspace)
+
+
+def run_cell(
+    kernel: Kernel | None, profile: Profile, code: str | None, has_workspace: bool
+) -> tuple[str, ExecInfo]:
+    """Run one cell's code (None: the turn held none) under the profile's rules: its output and
+    ``ExecInfo``; both action formats run code through here."""
+    if code is None:
+        return NO_CODE_MESSAGE, {"status": "no_code", "elapsed_ms": 0.0, "truncated": False}
+    if not has_workspace and not profile.run_without_workspace:
+        # upstream ran no code for a task without a workspace; the turn then counted 0
+        return "", {"status": "skipped", "elapsed_ms": 0.0, "truncated": False}
+    assert kernel is not None
+    result = kernel.run(code)
+    return result.output, {
+        "status": cast(ExecStatus, result.status),
+        "elapsed_ms": result.elapsed_ms,
+        "truncated": result.truncated,
+    }
+
+
+def replay_prefix(env_config: Any, row: dict[str, Any]) -> str | None:
+    """Replay a row's ``prefix`` in a fresh workspace and kernel, as ``init`` does, without
+    building its reward plan (so no judge is needed): the first mismatch, or None when every
+    cell gives its recorded output. ``deepanalyze-rl recover`` checks each row with this before
+    writing it. Raises ``ConfigError`` for a bad row, ``KernelError`` when no kernel starts."""
+    config = EnvConfig.from_any(env_config)
+    if config.profile not in PROFILES:
+        raise ConfigError(f"env_config.profile must be one of {', '.join(PROFILES)}, got {config.profile!r}")
+    profile = PROFILES[config.profile]
+    turns = parse_prefix(row.get("prefix"), profile.has_answer)
+    source = resolve_workspace(config.workspace_root, row.get("data"), row.get("workspace_id"))
+    try:
+        workspace = Workspace(source)
+    except UnsafeWorkspace as exc:
+        raise ConfigError(str(exc)) from exc
+    kernel = None
+    try:
+        kernel = start_kernel(config, profile, workspace.path)
+        return first_mismatch(turns, lambda a: execute_action(kernel, profile, a, source is not None)[0])
+    finally:
+        if kernel is not None:
+            kernel.close()
+        workspace.remove()
