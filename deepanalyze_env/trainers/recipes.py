@@ -36,6 +36,7 @@ TOP_LEVEL = (
     "skyrl",
     "sft",
     "curriculum",
+    "chat_template",
 )
 ROLLOUT_KEYS = ("max_turn_tokens", "score_truncated", "env_workers", "budget_check")
 SFT_KEYS = ("keep", "statuses")
@@ -59,7 +60,34 @@ class Recipe:
     skyrl: dict[str, Any] = field(default_factory=dict)
     sft: dict[str, Any] = field(default_factory=dict)
     curriculum: CurriculumConfig | None = None
+    chat_template: str | None = None
+    """The tokenizer's chat template: a Jinja file (relative paths from the recipe's folder) or
+    ``trl:NAME`` for one TRL ships (``trl/chat_templates/NAME.jinja``, e.g. ``trl:qwen3``); None
+    keeps the model's own. ``env.action_format: tools`` needs one that renders tool calls."""
     source: str = ""
+
+    def chat_template_text(self) -> str | None:
+        """The template's text, or None when the recipe keeps the model's own."""
+        if self.chat_template is None:
+            return None
+        if self.chat_template.startswith("trl:"):
+            import trl
+
+            name = self.chat_template[len("trl:") :]
+            path = Path(trl.__file__).parent / "chat_templates" / f"{name}.jinja"
+            if not path.is_file():
+                shipped = sorted(p.stem for p in path.parent.glob("*.jinja"))
+                raise ConfigError(
+                    f"{self.source}: chat_template {self.chat_template!r}: TRL ships no such template "
+                    f"(it has {', '.join(shipped)})"
+                )
+            return path.read_text(encoding="utf-8")
+        path = Path(self.chat_template).expanduser()
+        if not path.is_absolute() and self.source:
+            path = Path(self.source).parent / path
+        if not path.is_file():
+            raise ConfigError(f"{self.source}: chat_template: no such file {path}")
+        return path.read_text(encoding="utf-8")
 
 
 def apply_override(tree: dict[str, Any], assignment: str) -> None:
@@ -140,5 +168,6 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
         skyrl=dict(tree.get("skyrl") or {}),
         sft=sft,
         curriculum=curriculum,
+        chat_template=None if tree.get("chat_template") is None else str(tree["chat_template"]),
         source=str(path),
     )

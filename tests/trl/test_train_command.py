@@ -230,3 +230,33 @@ def test_check_reports_every_bad_row_at_once(smollm2_dir, workspace_root, tmp_pa
     assert "row 1" in printed and "row 2" in printed and "row 0" not in printed
     assert "no_such_reward" in printed
     assert not out.exists()
+
+
+def test_the_shipped_tools_recipe_checks_with_a_tool_template(capsys):
+    root = Path(__file__).resolve().parents[2]
+    assert main(["train", str(root / "recipes" / "trl_tools_cpu.yaml"), "--check"]) == 0
+    printed = capsys.readouterr().out
+    shown = json.loads(printed[printed.index("{") :])
+    assert shown["action_format"] == "tools" and shown["tools"] == ["run_python", "submit_answer"]
+    assert shown["trainer"] == "GRPOTrainer(environment_factory=…)"
+
+
+def test_the_tools_format_without_a_tool_template_is_refused(smollm2_dir, workspace_root, tmp_path, capsys):
+    tasks = _tasks(tmp_path, [{"method": "qa_plain", "ground_truth": "B"}])
+    env = {"workspace_root": str(workspace_root), "action_format": "tools"}
+    tree = {
+        **BASE,
+        "model": smollm2_dir,
+        "output_dir": str(tmp_path / "run"),
+        "data": [str(tasks)],
+        "env": env,
+    }
+    assert main(["train", str(write(tmp_path, tree)), "--check"]) == 2
+    assert "needs a chat template that renders tool calls" in capsys.readouterr().out
+
+
+def test_an_unknown_trl_chat_template_names_the_shipped_ones(tmp_path):
+    recipe = load_recipe(write(tmp_path, {**BASE, "chat_template": "trl:qwen99"}))
+    with pytest.raises(ConfigError, match="TRL ships no such template") as caught:
+        recipe.chat_template_text()
+    assert "qwen3" in str(caught.value)

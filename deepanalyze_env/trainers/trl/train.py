@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from deepanalyze_env.core import protocol
+from deepanalyze_env.core import protocol, tool_calls
 from deepanalyze_env.core.config import ConfigError, EnvConfig
 from deepanalyze_env.core.models import resolve_model
 from deepanalyze_env.core.records import load_run, write_jsonl_atomic
@@ -281,13 +281,15 @@ def budget_check(recipe: Recipe, tokenizer: Any, max_completion_length: int) -> 
 
 def train_trl(recipe: Recipe, check: bool = False) -> int:
     """Run a ``backend: trl`` recipe; ``check`` validates everything (GRPOConfig, rows, tokenizer)
-    and prints what would run, touching nothing on disk."""
+    and prints what would run, touching nothing on disk. ``env.action_format: tools`` trains
+    through TRL's ``environment_factory`` (:func:`train_with_tools`), tags through our
+    ``rollout_func``."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental; we know
     try:
         import torch
         import trl
         from datasets import Dataset
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         from deepanalyze_env.trainers.trl.curriculum_sampler import curriculum_trainer_class
     except ImportError as exc:
@@ -306,19 +308,23 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
     rows = with_task_ids(load_rows(recipe.data, env_config.get("workspace_root")))
     if not rows:
         raise ConfigError(f"{recipe.source}: the data files hold no tasks")
-    bad, checked = check_rows(
-        ((", ".join(recipe.data), i, row) for i, row in enumerate(rows)), EnvConfig.from_any(env_config)
-    )
+    env = EnvConfig.from_any(env_config)
+    bad, checked = check_rows(((", ".join(recipe.data), i, row) for i, row in enumerate(rows)), env)
     if bad:  # every bad row at once, before any model is loaded
         raise BadRowsError(bad, checked)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    template = recipe.chat_template_text()
+    if template is not None:
+        tokenizer.chat_template = template
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if env.action_format == "tools":
+        return train_with_tools(recipe, check, config, rows, env_config, tokenizer, checked)
     rollout_args = {k: v for k, v in recipe.rollout.items() if k != "budget_check"}
     rollout = DeepAnalyzeRollout(rows, env_config, **rollout_args)
     curriculum = build_curriculum(recipe, rows, config.seed)
     if curriculum is not None:
         rollout.listeners.append(curriculum.observe)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
     try:
         add_stop_token_ids(config, tokenizer)
     except ValueError as exc:
@@ -339,20 +345,14 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
         return 0
 
     # Everything is validated: only now does the run touch its output folder.
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in ("metrics.jsonl", "episodes.jsonl"):
-        (out / stale).unlink(missing_ok=True)
+    _clean_output(out, own_records)
     if fit is not None:
         (out / "budgets.json").write_text(json.dumps(fit.as_dict(), indent=1) + "\n")
-    if own_records:  # our own folder: start it empty so runs never mix
-        for old in (out / "records").glob("episodes-*.jsonl"):
-            old.unlink()
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if not cuda else "auto")
     trainer_class = trl.GRPOTrainer
     if curriculum is not None:
         trainer_class = curriculum_trainer_class(trl.GRPOTrainer, curriculum)
     trainer = trainer_class(
-        model=model,
+        model=_load_policy(model_dir, cuda),
         reward_funcs=[environment_reward],
         args=config,
         train_dataset=Dataset.from_list(trl_dataset_rows(rows)),
@@ -360,6 +360,83 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
         rollout_func=rollout,
         callbacks=[_make_callback(rollout, out, curriculum)],
     )
+    return _train_and_save(trainer, tokenizer, out, records_dir)
+
+
+def train_with_tools(
+    recipe: Recipe,
+    check: bool,
+    config: Any,
+    rows: list[dict[str, Any]],
+    env_config: dict[str, Any],
+    tokenizer: Any,
+    checked: int,
+) -> int:
+    """The ``tools`` action format on TRL: ``GRPOTrainer(environment_factory=…)``, the env owning
+    the reward through ``get_reward`` (no ``rollout_func``, no reward function of ours). TRL runs
+    the tool loop, so the ``rollout`` section and the curriculum (which listens to our rollout)
+    do not apply; the tokenizer's chat template must render tool calls (``chat_template``)."""
+    import torch
+    import trl
+    from datasets import Dataset
+    from trl.chat_template_utils import supports_tool_calling
+
+    from deepanalyze_env.trainers.trl.environment import environment_factory, tool_dataset_rows
+
+    where = recipe.source
+    if recipe.curriculum is not None:
+        raise ConfigError(f"{where}: curriculum is not supported with env.action_format: tools yet")
+    if recipe.rollout:
+        raise ConfigError(f"{where}: rollout settings are for our rollout_func; with tools TRL runs the loop")
+    if not supports_tool_calling(tokenizer):
+        raise ConfigError(
+            f"{where}: env.action_format: tools needs a chat template that renders tool calls; "
+            "set chat_template (e.g. chat_template: trl:qwen3)"
+        )
+    out = Path(recipe.output_dir)
+    if check:
+        console.print_json(
+            data={
+                "recipe": dataclasses.asdict(recipe),
+                "rows_checked": checked,
+                "action_format": "tools",
+                "trainer": "GRPOTrainer(environment_factory=…)",
+                "tools": [s["function"]["name"] for s in tool_calls.tool_schemas()],
+                "max_completion_length": config.max_completion_length,
+                "num_generations": config.num_generations,
+            },
+            default=str,
+        )
+        return 0
+    own_records = str(Path(env_config["records_dir"])) == str(out / "records")
+    _clean_output(out, own_records)
+    trainer = trl.GRPOTrainer(
+        model=_load_policy(resolve_model(recipe.model), torch.cuda.is_available()),
+        args=config,
+        train_dataset=Dataset.from_list(tool_dataset_rows(rows, env_config)),
+        processing_class=tokenizer,
+        environment_factory=environment_factory(env_config),
+    )
+    return _train_and_save(trainer, tokenizer, out, Path(env_config["records_dir"]))
+
+
+def _clean_output(out: Path, own_records: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("metrics.jsonl", "episodes.jsonl"):
+        (out / stale).unlink(missing_ok=True)
+    if own_records:  # our own folder: start it empty so runs never mix
+        for old in (out / "records").glob("episodes-*.jsonl"):
+            old.unlink()
+
+
+def _load_policy(model_dir: str, cuda: bool) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if not cuda else "auto")
+
+
+def _train_and_save(trainer: Any, tokenizer: Any, out: Path, records_dir: Path) -> int:
     quiet_console(trainer, console, "GRPO")
     trainer.train()
     trainer.save_model(str(out))  # the trained policy: a model folder for `eval --model` or another recipe
