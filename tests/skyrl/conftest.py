@@ -44,10 +44,11 @@ class ScriptedEngine(InferenceEngineInterface):
     emits turn k (k = ``</Execute>`` blocks in the context so far), as a policy continuing its
     own trajectory would."""
 
-    def __init__(self, tokenizer, plans: dict[str, list[str]], stop_reason: str = "stop"):
+    def __init__(self, tokenizer, plans: dict, stop_reason: str = "stop", turn_marker: str = "</Execute>"):
         self.tok = tokenizer
         self.plans = plans
         self.stop_reason = stop_reason
+        self.turn_marker = turn_marker  # one per observation in the context (tools: "</tool_response>")
         self.calls: list[dict[str, Any]] = []
         self.finished: list[str] = []
 
@@ -65,7 +66,7 @@ class ScriptedEngine(InferenceEngineInterface):
             plan = self.plans[marker]
             if isinstance(plan, dict):  # per sample: SkyRL's session id is "<uid>_<repetition>"
                 plan = plan[int(str(session).rsplit("_", 1)[1])]
-            turn = plan[min(context.count("</Execute>"), len(plan) - 1)]
+            turn = plan[min(context.count(self.turn_marker), len(plan) - 1)]
             ids = self.tok.encode(turn, add_special_tokens=False)
             self.calls.append({"marker": marker, "n_ids": len(ids)})
             responses.append(self.tok.decode(ids))
@@ -103,8 +104,8 @@ class VllmLikeEngine(ScriptedEngine):
     ``sampled`` keeps the ids of every call.
     """
 
-    def __init__(self, tokenizer, plans):
-        super().__init__(tokenizer, plans)
+    def __init__(self, tokenizer, plans, turn_marker: str = "</Execute>"):
+        super().__init__(tokenizer, plans, turn_marker=turn_marker)
         self.sampled: list[list[int]] = []
         self.stop_reasons: list[str] = []
 
@@ -120,7 +121,7 @@ class VllmLikeEngine(ScriptedEngine):
             marker = next((m for m in self.plans if m in context), None)
             assert marker is not None, "no plan matches this prompt"
             plan = self.plans[marker]
-            turn = plan[min(context.count("</Execute>"), len(plan) - 1)]
+            turn = plan[min(context.count(self.turn_marker), len(plan) - 1)]
             wanted = [*self.tok.encode(turn, add_special_tokens=False), self.tok.eos_token_id]
             out, reason = [], "length"
             for token in wanted:

@@ -26,12 +26,13 @@ from skyrl.train.config import (
     SkyRLTrainConfig,
 )
 
-from deepanalyze_env.core import protocol
+from deepanalyze_env.core import protocol, tool_calls
 from deepanalyze_env.core.config import ConfigError, EnvConfig
 
 ENV_SECTION = "environment.skyrl_gym.deepanalyze"
 ESTIMATOR = "deepanalyze_grpo"
 STOP = list(protocol.STOP_TAGS)
+TOOL_STOP = list(tool_calls.STOP_STRINGS)
 
 # Applied under the user's overrides (theirs win). Each is something the env relies on.
 DEFAULTS: dict[str, Any] = {
@@ -116,11 +117,12 @@ def parse_config(overrides: list[str] | dict[str, Any]) -> DeepAnalyzeSkyRLConfi
     SkyRL's strict dataclass validation. Errors are ``ConfigError`` with one line.
     """
     user = _dotlist(overrides)
-    dotlist = _dotlist(DEFAULTS) + user
-    env_raw = OmegaConf.select(OmegaConf.from_cli(dotlist), ENV_SECTION)
+    env_raw = OmegaConf.select(OmegaConf.from_cli(_dotlist(DEFAULTS) + user), ENV_SECTION)
     if env_raw is not None and not OmegaConf.is_dict(env_raw):
         raise ConfigError(f"{ENV_SECTION} must be a mapping")
     env = EnvConfig.from_any(env_raw, path=ENV_SECTION)
+    required_stops = TOOL_STOP if env.action_format == "tools" else STOP
+    dotlist = _dotlist(defaults_for(env.action_format)) + user
     try:
         cfg = DeepAnalyzeSkyRLConfig.from_cli_overrides(dotlist)
     except (ValueError, TypeError) as exc:
@@ -138,9 +140,10 @@ def parse_config(overrides: list[str] | dict[str, Any]) -> DeepAnalyzeSkyRLConfi
     # SkyRL builds eval_sampling_params without stop strings; eval turns must end at the tags too
     if cfg.generator.eval_sampling_params is not None and cfg.generator.eval_sampling_params.stop is None:
         cfg.generator.eval_sampling_params.stop = list(cfg.generator.sampling_params.stop or [])
-    _stops_at_the_tags("generator.sampling_params.stop", cfg.generator.sampling_params.stop)
+    _stops_at_the_tags("generator.sampling_params.stop", cfg.generator.sampling_params.stop, required_stops)
     if cfg.generator.eval_sampling_params is not None:
-        _stops_at_the_tags("generator.eval_sampling_params.stop", cfg.generator.eval_sampling_params.stop)
+        params = cfg.generator.eval_sampling_params
+        _stops_at_the_tags("generator.eval_sampling_params.stop", params.stop, required_stops)
     adapter = cfg.deepanalyze
     if not 0.0 < adapter.outage_fraction <= 1.0:
         raise ConfigError(f"deepanalyze.outage_fraction must be in (0, 1], got {adapter.outage_fraction}")
@@ -187,15 +190,31 @@ def _curriculum(cfg: DeepAnalyzeSkyRLConfig, user: list[str]) -> None:
         )
 
 
-def _stops_at_the_tags(key: str, stop: list[str] | None) -> None:
-    """A turn must end at the tag that completes an action: without a tag in the stop list, turns
-    run past it (the env cuts the text, but the sampled tokens and their logprobs run on)."""
-    missing = [tag for tag in STOP if tag not in (stop or [])]
+def _stops_at_the_tags(key: str, stop: list[str] | None, required: list[str]) -> None:
+    """A turn must end at the tag that completes an action (``</Code>``/``</Answer>``, or
+    ``</tool_call>`` in the tools format): without it in the stop list, turns run past it (the
+    env cuts the text, but the sampled tokens and their logprobs run on)."""
+    missing = [tag for tag in required if tag not in (stop or [])]
     if missing:
         raise ConfigError(
             f"{key}={list(stop) if stop is not None else None} lacks {' and '.join(missing)}: a turn must "
-            f"stop at {' and '.join(STOP)} (other stop strings may be added)"
+            f"stop at {' and '.join(required)} (other stop strings may be added)"
         )
+
+
+def defaults_for(action_format: str) -> dict[str, Any]:
+    """:data:`DEFAULTS` for an action format. Tools: turns stop at ``</tool_call>``, and tool
+    results go through the chat template as ``tool`` messages
+    (``generator.use_conversation_multi_turn``), so the model sees them framed as it was trained
+    to (Qwen3: ``<tool_response>``); the tag format appends ``<Execute>`` text inside one
+    assistant turn instead."""
+    if action_format != "tools":
+        return DEFAULTS
+    return {
+        **DEFAULTS,
+        "generator.sampling_params.stop": TOOL_STOP,
+        "generator.use_conversation_multi_turn": True,
+    }
 
 
 def apply_tag_tokens(cfg: DeepAnalyzeSkyRLConfig, tokenizer: Any) -> dict[str, int]:
