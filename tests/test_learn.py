@@ -274,7 +274,7 @@ def test_stage_overrides_keep_their_types_through_the_command_line(tmp_path):
 def _stage_eval(folder: Path, rewards: dict[str, float], planned: list[str]) -> None:
     """An eval folder as ``eval`` leaves it: records of the finished episodes, the plan of every
     episode, and the report ``eval`` writes from them."""
-    from deepanalyze_env.cli.eval import write_report
+    from deepanalyze_env.offline.eval_report import write_report
 
     folder.mkdir(parents=True)
     spec = {"method": "qa_plain", "ground_truth": "B"}

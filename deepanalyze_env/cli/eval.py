@@ -117,34 +117,11 @@ def _policy(args: argparse.Namespace, temperature: float) -> Any:
     )
 
 
-def task_meta(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per task id: method, family, difficulty — from the rows the eval runs (task fields travel in
-    ``extra_info``; DeepAnalyze rows may carry them at the top level)."""
-    import json
-
-    meta: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        info = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
-        spec = row.get("reward_spec")
-        if isinstance(spec, str):
-            try:
-                spec = json.loads(spec)
-            except ValueError:
-                spec = {}
-        entry = {"method": (spec or {}).get("method") or info.get("method")}
-        for key in ("family", "difficulty"):
-            value = row.get(key, info.get(key))
-            if value is not None:
-                entry[key] = value
-        meta[str(row["task_id"])] = entry
-    return meta
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.compare:
         return cmd_compare(args)
     from deepanalyze_env.core.tasks import load_task_files
-    from deepanalyze_env.offline.eval_report import TASKS_FILE, write_json
+    from deepanalyze_env.offline.eval_report import TASKS_FILE, task_meta, write_json, write_report
     from deepanalyze_env.offline.rundir import RunDir, RunDirError, task_fingerprint
     from deepanalyze_env.offline.runner import NothingToRun, run_planned, scripted_labels
 
@@ -213,38 +190,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
-
-
-def write_report(
-    folder: Path, samples_per_task: int, accuracy_component: str | None = None, threshold: float = 1.0
-) -> dict[str, Any]:
-    import json
-
-    from deepanalyze_env.offline.eval_report import (
-        TASKS_FILE,
-        build_report,
-        load_eval,
-        plot_report,
-        report_markdown,
-        write_json,
-    )
-
-    records, counts = load_eval(folder)
-    tasks_path = folder / TASKS_FILE
-    tasks = json.loads(tasks_path.read_text()) if tasks_path.is_file() else {}
-    report = build_report(
-        records,
-        tasks,
-        samples_per_task,
-        accuracy_override=accuracy_component,
-        threshold=threshold,
-        counts=counts,
-    )
-    report["folder"] = str(folder)
-    write_json(folder / "report.json", report)
-    (folder / "report.md").write_text(report_markdown(report, f"Eval: {folder}"))
-    plot_report(report, folder / "report.png")
-    return report
 
 
 def print_report(report: dict[str, Any], title: str) -> None:

@@ -579,3 +579,47 @@ def write_json(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
     tmp.replace(path)
+
+
+def task_meta(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per task id: method, family, difficulty — from the rows the eval runs (task fields travel in
+    ``extra_info``; DeepAnalyze rows may carry them at the top level)."""
+    meta: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        info = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+        spec = row.get("reward_spec")
+        if isinstance(spec, str):
+            try:
+                spec = json.loads(spec)
+            except ValueError:
+                spec = {}
+        entry = {"method": (spec or {}).get("method") or info.get("method")}
+        for key in ("family", "difficulty"):
+            value = row.get(key, info.get(key))
+            if value is not None:
+                entry[key] = value
+        meta[str(row["task_id"])] = entry
+    return meta
+
+
+def write_report(
+    folder: Path, samples_per_task: int, accuracy_component: str | None = None, threshold: float = 1.0
+) -> dict[str, Any]:
+    """Build the eval folder's report from its records and planned episodes (a missing one counts
+    as a failed gate) and write ``report.json``, ``report.md`` and ``report.png``."""
+    records, counts = load_eval(folder)
+    tasks_path = folder / TASKS_FILE
+    tasks = json.loads(tasks_path.read_text()) if tasks_path.is_file() else {}
+    report = build_report(
+        records,
+        tasks,
+        samples_per_task,
+        accuracy_override=accuracy_component,
+        threshold=threshold,
+        counts=counts,
+    )
+    report["folder"] = str(folder)
+    write_json(folder / "report.json", report)
+    (folder / "report.md").write_text(report_markdown(report, f"Eval: {folder}"))
+    plot_report(report, folder / "report.png")
+    return report
