@@ -14,6 +14,7 @@ from deepanalyze_env.core.config import ConfigError, EnvConfig
 from deepanalyze_env.core.tool_calls import (
     ParsedTurn,
     ToolCall,
+    from_tags,
     parse_turn,
     render_call,
     tool_schemas,
@@ -232,3 +233,50 @@ def test_a_wrong_answer_scores_the_same_in_both_formats(workspace_root):
         env.close()
         scores.append((out["reward"], out["metadata"]["reward_components"], out["metadata"]["format_ok"]))
     assert scores[0] == scores[1] == (0.0, {"qa_accuracy": 0.0, "qa_exact": 0.0}, True)
+
+
+# ---------------------------------------------------------------------------- tag turns as tool calls
+
+
+def test_a_tag_code_turn_becomes_its_analysis_and_a_run_python_call():
+    turn = code("print(1)")  # "<Analyze>step</Analyze> <Code>```python print(1)```</Code>"
+    assert from_tags(turn) == "step\n" + render_call(ToolCall("run_python", "print(1)"))
+
+
+def test_a_tag_answer_turn_becomes_a_submit_answer_call():
+    turn = "<Analyze>done</Analyze>\n<Answer>\nStore B.\nAnswer: B\n</Answer>"
+    assert parse_turn(from_tags(turn)) == ParsedTurn(
+        "done\n", ToolCall("submit_answer", "Store B.\nAnswer: B")
+    )
+
+
+def test_a_tag_turn_without_code_or_answer_stays_free_text():
+    assert from_tags("<Analyze>thinking</Analyze>") == "thinking"
+
+
+def test_scripted_references_score_the_same_in_both_formats(workspace_root, tmp_path):
+    """``rollout --policy scripted`` with ``action_format: tools`` replays the tag trajectories as
+    tool calls: the same cells and answers, so the same rewards and code_pass (by hand: the sums
+    pass, the typo fails, B is right)."""
+    from deepanalyze_env.cli import main
+    from deepanalyze_env.core.records import read_records
+
+    turns = [
+        code(SUMS),
+        code("print(undefined_name)"),
+        "<Analyze>done</Analyze>\n<Answer>\nAnswer: B\n</Answer>",
+    ]
+    trajectories = tmp_path / "trajectories.jsonl"
+    trajectories.write_text(json.dumps({"task_id": "t0", "label": "good", "turns": turns}) + "\n")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"task_id": "t0", "prompt": PROMPT, **qa_extras()}) + "\n")
+    found = {}
+    for fmt in ("tags", "tools"):
+        config = tmp_path / f"{fmt}.yaml"
+        config.write_text(json.dumps({"workspace_root": str(workspace_root), "action_format": fmt}))
+        out = tmp_path / fmt
+        argv = ["rollout", "--policy", "scripted", "--trajectories", str(trajectories), "--labels", "good"]
+        assert main([*argv, "--tasks", str(tasks), "--config", str(config), "--out", str(out)]) == 0
+        [record] = read_records(out / "episodes.jsonl")
+        found[fmt] = (record["reward"], record["reward_components"], record["code_pass"], record["format_ok"])
+    assert found["tags"] == found["tools"] == (1.0, {"qa_accuracy": 1.0, "qa_exact": 1.0}, [1, 0], True)

@@ -84,16 +84,15 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_eval)
 
 
-def _policy(args: argparse.Namespace, temperature: float) -> Any:
+def _policy(args: argparse.Namespace, temperature: float, action_format: str = "tags") -> Any:
     from deepanalyze_env.offline.policies import make_policy
 
     chosen = [x for x in (args.model, args.policy_base_url, args.policy) if x]
     if len(chosen) != 1:
         raise UsageError("give exactly one policy: --model PATH, --policy-base-url URL, or --policy scripted")
     if args.policy == "scripted":
-        return make_policy(
-            "scripted", trajectories=args.trajectories or [str(SHIPPED_DATA / "trajectories.jsonl")]
-        )
+        trajectories = args.trajectories or [str(SHIPPED_DATA / "trajectories.jsonl")]
+        return make_policy("scripted", trajectories=trajectories, action_format=action_format)
     if args.policy_base_url:
         if not args.policy_model:
             raise UsageError("--policy-base-url needs --policy-model (the served model's name)")
@@ -133,7 +132,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     env_config = load_env_config(args)
     files = task_files(args, env_config)
     rows = load_task_files(files, env_config.get("workspace_root"))
-    policy = _policy(args, temperature)
+    policy = _policy(args, temperature, env_config.get("action_format", "tags"))
     labels, labels_for = scripted_labels(policy, args.labels) if args.policy == "scripted" else ([], None)
     settings = {
         "kind": "eval",

@@ -104,12 +104,13 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_rollout)
 
 
-def build_policy(args: argparse.Namespace) -> Any:
+def build_policy(args: argparse.Namespace, action_format: str = "tags") -> Any:
     from deepanalyze_env.offline.policies import make_policy
 
     return make_policy(
         args.policy,
         trajectories=args.trajectories or [str(SHIPPED_DATA / "trajectories.jsonl")],
+        action_format=action_format,
         model=args.policy_model,
         base_url=args.policy_base_url,
         api_key=os.environ.get(args.policy_api_key_env) if args.policy_api_key_env else None,
@@ -145,7 +146,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     env_config = load_env_config(args)
     files = task_files(args, env_config)
     rows = load_task_files(files, env_config.get("workspace_root"))
-    policy = build_policy(args)
+    policy = build_policy(args, env_config.get("action_format", "tags"))
     labels, labels_for = scripted_labels(policy, args.labels) if args.policy == "scripted" else ([], None)
     run = None
     if args.out:

@@ -168,3 +168,44 @@ def tool_schemas() -> list[dict[str, Any]]:
         }
         for name, (arg, about) in TOOL_ARGUMENTS.items()
     ]
+
+
+def from_tags(turn: str) -> str:
+    """A tag-format turn written as a tools-format turn: the ``<Analyze>`` text as free text, then
+    its ``<Code>`` as a ``run_python`` call or its ``<Answer>`` as a ``submit_answer`` call (a turn
+    with neither stays free text). How reference trajectories, written in tags, become tool-call
+    episodes with the same cells and answers (``rollout --policy scripted`` in the tools format)."""
+    from deepanalyze_env.core import protocol
+
+    analysis = "\n".join(b.strip() for b in protocol.blocks(turn, "<Analyze>", "</Analyze>"))
+    code = protocol.extract_code(turn)
+    visible = protocol.strip_think(turn)
+    answer = next(protocol.blocks(visible, protocol.ANSWER_OPEN, protocol.ANSWER_CLOSE), None)
+    if code is not None:
+        call: ToolCall | None = ToolCall(RUN_PYTHON, code)
+    elif answer is not None and answer.strip():
+        call = ToolCall(SUBMIT_ANSWER, answer.strip())
+    else:
+        call = None
+    text = analysis if analysis else ("" if call is not None else turn)
+    if call is None:
+        return text
+    return (text + "\n" if text else "") + render_call(call)
+
+
+def assistant_text(message: dict[str, Any]) -> str:
+    """The text a policy wrote for a recorded assistant message: its free text and, for a
+    structured call, the call as hermes text (what :func:`parse_turn` reads back)."""
+    text = str(message.get("content") or "")
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        checked = check_call(function.get("name"), function.get("arguments"))
+        if isinstance(checked, ToolCall):
+            text = (text + "\n" if text else "") + render_call(checked)
+    return text
+
+
+def is_tools_record(record: dict[str, Any]) -> bool:
+    """Whether an episode record was played in the tools format (it holds a structured call or a
+    tool result)."""
+    return any(m.get("tool_calls") or m.get("role") == "tool" for m in record.get("messages") or [])

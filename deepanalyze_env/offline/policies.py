@@ -110,6 +110,7 @@ class ScriptedPolicy:
     scripts: dict[tuple[str, str], list[str]]
     name: str = "scripted"
     policy_id: str = "scripted"
+    action_format: str = "tags"  # tools: each tag turn is replayed as the same cell or answer, as a tool call
 
     @classmethod
     def from_files(cls, paths: Iterable[str | Path]) -> ScriptedPolicy:
@@ -129,7 +130,12 @@ class ScriptedPolicy:
         if script is None:
             raise ConfigError(f"no scripted trajectory for task {ctx.task_id!r} label {ctx.label!r}")
         # Past the end of its script the policy says nothing; the env's max_turns ends it.
-        return PolicyTurn(script[ctx.turn] if ctx.turn < len(script) else "")
+        turn = script[ctx.turn] if ctx.turn < len(script) else ""
+        if self.action_format == "tools" and turn:
+            from deepanalyze_env.core.tool_calls import from_tags
+
+            turn = from_tags(turn)
+        return PolicyTurn(turn)
 
 
 # ---------------------------------------------------------------------------- openai
@@ -437,7 +443,9 @@ def make_policy(kind: str, **options: Any) -> Any:
     """Build a policy from command-line options (``None`` values mean "the policy's default")."""
     options = {k: v for k, v in options.items() if v is not None}
     if kind == "scripted":
-        return ScriptedPolicy.from_files(options["trajectories"])
+        policy = ScriptedPolicy.from_files(options["trajectories"])
+        policy.action_format = options.get("action_format", "tags")
+        return policy
     if kind == "openai":
         if not options.get("model"):
             raise ConfigError("--policy openai needs --policy-model (the served model's name)")

@@ -30,7 +30,7 @@ from deepanalyze_env.trainers.trl.sft_data import (
     USABLE_STATUSES,
     SFTDataError,
     load_records,
-    render_record,
+    render_episode,
     select_records,
 )
 
@@ -175,9 +175,12 @@ def train_sft(recipe: Recipe, check: bool = False) -> int:
         return 0
     model_dir = resolve_model(recipe.model)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    template = recipe.chat_template_text()
+    if template is not None:  # saved with the model, so GRPO and evals render with it too
+        tokenizer.chat_template = template
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    rendered = [render_record(tokenizer, r, template_kwargs=template_kwargs) for r in selection.records]
+    rendered = [render_episode(tokenizer, r, template_kwargs=template_kwargs) for r in selection.records]
     rows = [{"input_ids": e.input_ids, "labels": e.labels} for e in rendered]
     policy_tokens = sum(sum(e.completion_mask) for e in rendered)
     info = {

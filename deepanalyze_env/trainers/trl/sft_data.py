@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.filters import RecordFilter
 from deepanalyze_env.core.records import load_run, own_turn_indices
 from deepanalyze_env.core.tag_tokens import token_rules
@@ -110,6 +111,76 @@ def render_record(
     return out
 
 
+def render_tool_record(
+    tokenizer: Any, record: dict[str, Any], template_kwargs: dict[str, Any] | None = None
+) -> RenderedEpisode:
+    """A tools-format record as TRL's ``environment_factory`` path lays it out: the prompt through
+    the chat template with the two tools' schemas and the generation prompt; each policy turn as
+    the text the model writes (free text, then the hermes call) and the end-of-message token it
+    samples, with loss; the tool results between turns as the template renders them after that
+    token, through the next generation prompt, without loss. The tokenizer's template must render
+    tool calls (``chat_template``, e.g. ``trl:qwen3``); results after the last turn are dropped."""
+    prompt, episode = split_messages(record)
+    kwargs = {**(template_kwargs or {}), "chat_template": training_template(tokenizer)}
+    schemas = tool_calls.tool_schemas()
+    ids = tokenizer.apply_chat_template(
+        prompt, tools=schemas, add_generation_prompt=True, tokenize=True, return_dict=False, **kwargs
+    )
+    out = RenderedEpisode(str(record.get("episode_id")), list(ids))
+    eos = tokenizer.eos_token_id
+    results: list[dict[str, Any]] = []
+    for message in episode:
+        if message.get("role") != "assistant":
+            results.append(message)
+            continue
+        if results:
+            out.add(tool_suffix_ids(tokenizer, results, schemas, kwargs), 0)
+            results = []
+        text = tool_calls.assistant_text(message)
+        out.add([*tokenizer.encode(text, add_special_tokens=False), eos], 1)
+    return out
+
+
+def render_episode(
+    tokenizer: Any, record: dict[str, Any], template_kwargs: dict[str, Any] | None = None
+) -> RenderedEpisode:
+    """A record in the layout of the GRPO path its action format trains on: tool-call records as
+    TRL's ``environment_factory`` lays them out, tag records as our ``rollout_func`` does."""
+    if tool_calls.is_tools_record(record):
+        return render_tool_record(tokenizer, record, template_kwargs)
+    return render_record(tokenizer, record, template_kwargs=template_kwargs)
+
+
+def training_template(tokenizer: Any) -> str | None:
+    """The template TRL's ``GRPOTrainer`` renders tool conversations with: the tokenizer's own when
+    it is prefix-preserving (a later message never changes how earlier ones render), else TRL's
+    training variant of it (Qwen3's own template drops the reasoning of earlier turns). SFT renders
+    with the same one, so it trains the tokens GRPO will see."""
+    from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+
+    return None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
+
+
+def tool_suffix_ids(
+    tokenizer: Any, results: list[dict[str, Any]], schemas: list[dict[str, Any]], kwargs: dict[str, Any]
+) -> list[int]:
+    """The tokens the chat template puts between a turn's end-of-message token and the next turn:
+    the tool results and the next generation prompt (rendered after a stand-in call, the part
+    after its end token)."""
+    name = str(results[0].get("name") or tool_calls.RUN_PYTHON)
+    stand_in = [{"type": "function", "function": {"name": name, "arguments": {}}}]
+    head = [{"role": "user", "content": "."}, {"role": "assistant", "content": "", "tool_calls": stand_in}]
+    options = {"tools": schemas, "tokenize": True, "return_dict": False, **kwargs}
+    before = list(tokenizer.apply_chat_template(head, **options))
+    after = list(tokenizer.apply_chat_template(head + results, add_generation_prompt=True, **options))
+    ends = [i for i, t in enumerate(before) if t == tokenizer.eos_token_id]
+    if ends:
+        before = before[: ends[-1] + 1]
+    if after[: len(before)] != before:
+        raise SFTDataError("the chat template renders a tool call differently once results follow it")
+    return after[len(before) :]
+
+
 @dataclass
 class Selection:
     """The records chosen for SFT and how many were dropped for each reason, so a run says what it
@@ -170,6 +241,6 @@ def sft_rows(tokenizer: Any, records: Sequence[dict[str, Any]]) -> list[dict[str
     """Pre-tokenised rows for ``trl.SFTTrainer`` (``input_ids`` and ``labels``; TRL keeps given labels)."""
     rows = []
     for record in records:
-        rendered = render_record(tokenizer, record)
+        rendered = render_episode(tokenizer, record)
         rows.append({"input_ids": rendered.input_ids, "labels": rendered.labels})
     return rows
