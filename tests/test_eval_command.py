@@ -186,6 +186,37 @@ def test_embedded_model_is_evaluated_through_the_env(tmp_path: Path, workspace_r
     assert 1 <= o["completion_tokens_mean"] <= 8
 
 
+def test_embedded_model_is_evaluated_in_the_tools_format(tmp_path: Path, workspace_root: Path):
+    """``action_format: tools`` with a tool-capable template: the prompt carries the tools' schemas
+    and a turn runs to the end-of-message token (TRL's environment_factory layout), so the episode
+    is played and scored in the tools format — here the 135M model answers in prose, which fails
+    the tools gate (no submit_answer)."""
+    pytest.importorskip("trl")
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1, method="qa_plain")
+    config = tmp_path / "env.yaml"
+    config.write_text("max_turns: 1\naction_format: tools\n")
+    out = tmp_path / "eval"
+    args = ["eval", "--model", "embedded:smollm2", "--chat-template", "trl:qwen3", "--max-tokens", "12"]
+    args += ["--config", str(config), "--tasks", str(tasks), "--workspace-root", str(workspace_root)]
+    assert main([*args, "--out", str(out)]) == 0
+    [record] = [json.loads(x) for f in (out / "records").glob("*.jsonl") for x in f.read_text().splitlines()]
+    assert record["gate"] == "tools" and record["reward"] == -1.0
+    # the prompt the policy saw carried the tools' schemas: longer than the same messages without them
+    from transformers import AutoTokenizer
+
+    from deepanalyze_env.core.models import chat_template_text, resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("embedded:smollm2"))
+    tok.chat_template = chat_template_text("trl:qwen3")
+    bare = tok.apply_chat_template(
+        record["messages"][:1], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    [turn] = record["usage"]["per_turn"]
+    assert turn["prompt_tokens"] > len(bare) + 100
+    o = json.loads((out / "report.json").read_text())["overall"]
+    assert 1 <= o["completion_tokens_mean"] <= 12
+
+
 def _write_eval(folder: Path, rewards: dict[str, float]) -> None:
     folder.mkdir(parents=True)
     lines = []

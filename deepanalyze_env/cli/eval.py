@@ -68,6 +68,12 @@ def add_parser(sub: Any) -> None:
         help="--model: chat template arguments, as the recipes' trl.chat_template_kwargs "
         "(e.g. '{\"enable_thinking\": false}' for Qwen3): evaluate prompts as training rendered them",
     )
+    p.add_argument(
+        "--chat-template",
+        metavar="FILE|trl:NAME",
+        help="--model: a chat template replacing the tokenizer's, as the recipes' chat_template "
+        "(e.g. trl:qwen3 for tool calls)",
+    )
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="endpoint API key variable")
     p.add_argument("--trajectories", nargs="+", metavar="FILE", help="scripted: trajectory files")
     p.add_argument("--labels", default="good", help="scripted: trajectory labels to replay (default good)")
@@ -85,6 +91,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _policy(args: argparse.Namespace, temperature: float, action_format: str = "tags") -> Any:
+    from deepanalyze_env.core.models import chat_template_text
     from deepanalyze_env.offline.policies import make_policy
 
     chosen = [x for x in (args.model, args.policy_base_url, args.policy) if x]
@@ -108,6 +115,10 @@ def _policy(args: argparse.Namespace, temperature: float, action_format: str = "
     return make_policy(
         "transformers",
         chat_template_kwargs=template_kwargs(args.chat_template_kwargs, "--chat-template-kwargs") or {},
+        chat_template=(
+            chat_template_text(args.chat_template, None, "--chat-template") if args.chat_template else None
+        ),
+        action_format=action_format,
         model=args.model,
         temperature=temperature,
         max_tokens=args.max_tokens,

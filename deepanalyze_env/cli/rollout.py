@@ -88,6 +88,11 @@ def add_parser(sub: Any) -> None:
         "assistant message to continue, DeepAnalyze's layout (transformers default; vLLM for openai)",
     )
     pol.add_argument(
+        "--policy-chat-template",
+        metavar="FILE|trl:NAME",
+        help="transformers: a chat template replacing the tokenizer's, as the recipes' chat_template",
+    )
+    pol.add_argument(
         "--policy-chat-template-kwargs",
         metavar="JSON",
         help="transformers: chat template arguments, as the recipes' trl.chat_template_kwargs "
@@ -105,6 +110,7 @@ def add_parser(sub: Any) -> None:
 
 
 def build_policy(args: argparse.Namespace, action_format: str = "tags") -> Any:
+    from deepanalyze_env.core.models import chat_template_text
     from deepanalyze_env.offline.policies import make_policy
 
     return make_policy(
@@ -121,6 +127,11 @@ def build_policy(args: argparse.Namespace, action_format: str = "tags") -> Any:
         max_batch=args.concurrency,  # transformers: concurrent episodes' turns share one generate call
         chat_template_kwargs=template_kwargs(
             args.policy_chat_template_kwargs, "--policy-chat-template-kwargs"
+        ),
+        chat_template=(
+            chat_template_text(args.policy_chat_template, None, "--policy-chat-template")
+            if args.policy_chat_template
+            else None
         ),
     )
 

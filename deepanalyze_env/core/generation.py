@@ -203,8 +203,10 @@ class GenerationEngine:
     """Generates one turn for each request, reusing the keys and values of earlier turns.
 
     ``eos_ids`` end a turn (finish ``eos``); ``stop_ids`` are closing tags that are single
-    (special) tokens; ``temperature`` 0 is greedy. ``max_entries`` bounds the cached episodes
-    (least recently used go first): a policy keeps a few per episode in flight.
+    (special) tokens; ``stop_tags`` False turns the closing-tag stop off (the tools format: a turn
+    ends on its end-of-message token, as TRL generates it); ``temperature`` 0 is greedy.
+    ``max_entries`` bounds the cached episodes (least recently used go first): a policy keeps a
+    few per episode in flight.
     """
 
     def __init__(
@@ -213,6 +215,7 @@ class GenerationEngine:
         *,
         eos_ids: Iterable[int],
         stop_ids: Iterable[int] = (),
+        stop_tags: bool = True,
         temperature: float = 0.0,
         top_k: int | None = None,
         top_p: float | None = None,
@@ -223,6 +226,7 @@ class GenerationEngine:
         self.tok = tokenizer
         self.eos_ids = sorted({int(i) for i in eos_ids if i is not None})
         self.stop_ids = sorted({int(i) for i in stop_ids})
+        self.stop_tags = stop_tags
         self.temperature = float(temperature or 0.0)
         self.top_k = int(top_k or 0)
         self.top_p = float(top_p) if top_p is not None else 1.0
@@ -286,7 +290,10 @@ class GenerationEngine:
 
         key = (str(device), vocab)
         if key not in self._tables:
-            cand = stop_candidates(self.tok, self.stop_ids)[:vocab]
+            if self.stop_tags:
+                cand = stop_candidates(self.tok, self.stop_ids)[:vocab]
+            else:
+                cand = [i in self.stop_ids for i in range(vocab)]
             cand += [False] * (vocab - len(cand))
             eos = torch.zeros(vocab, dtype=torch.bool)
             for i in self.eos_ids:

@@ -45,3 +45,82 @@ def text_token_ids(tokenizer: Any, text: str, special_tags: Iterable[str] = ()) 
         else:
             ids += plain_token_ids(tokenizer, piece)
     return ids
+
+
+# ---------------------------------------------------------------------------- the tools format
+# TRL's environment_factory path renders a tool conversation through the chat template: the
+# prompt with the tools' schemas, each policy turn ending on its end-of-message token, and the
+# tool results as the template frames them between turns. SFT and the local eval policy build the
+# same ids with these functions, so what they train and evaluate is what GRPO samples.
+
+
+def training_template(tokenizer: Any) -> str | None:
+    """The template ``GRPOTrainer`` renders tool conversations with: the tokenizer's own when it
+    is prefix-preserving (a later message never changes how earlier ones render), else TRL's
+    training variant of it (Qwen3's own template drops the reasoning of earlier turns)."""
+    try:
+        from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+    except ImportError:  # without TRL there is no GRPO layout to match: the tokenizer's own
+        return None
+    return None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
+
+
+def tool_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]], **template_kwargs: Any) -> list[int]:
+    """The prompt of a tools-format episode: the chat template with the two tools' schemas and
+    the generation prompt."""
+    from deepanalyze_env.core.tool_calls import tool_schemas
+
+    options = {"chat_template": training_template(tokenizer), **template_kwargs}
+    options.update(tools=tool_schemas(), add_generation_prompt=True, tokenize=True, return_dict=False)
+    return list(tokenizer.apply_chat_template(messages, **options))
+
+
+def tool_turn_ids(tokenizer: Any, message: dict[str, Any]) -> list[int]:
+    """A recorded policy turn of the tools format as the ids the model samples: its free text and
+    hermes call, then its end-of-message token."""
+    from deepanalyze_env.core.tool_calls import assistant_text
+
+    return [*tokenizer.encode(assistant_text(message), add_special_tokens=False), tokenizer.eos_token_id]
+
+
+def tool_suffix_ids(tokenizer: Any, results: list[dict[str, Any]], **template_kwargs: Any) -> list[int]:
+    """The tokens the chat template puts between a turn's end-of-message token and the next turn:
+    the tool results and the next generation prompt (rendered after a stand-in call, the part
+    after its end token). Raises ValueError for a template that renders the call differently once
+    results follow it."""
+    from deepanalyze_env.core.tool_calls import RUN_PYTHON, tool_schemas
+
+    name = str(results[0].get("name") or RUN_PYTHON)
+    stand_in = [{"type": "function", "function": {"name": name, "arguments": {}}}]
+    head = [{"role": "user", "content": "."}, {"role": "assistant", "content": "", "tool_calls": stand_in}]
+    options = {"chat_template": training_template(tokenizer), **template_kwargs}
+    options.update(tools=tool_schemas(), tokenize=True, return_dict=False)
+    before = list(tokenizer.apply_chat_template(head, **options))
+    after = list(tokenizer.apply_chat_template(head + results, add_generation_prompt=True, **options))
+    ends = [i for i, t in enumerate(before) if t == tokenizer.eos_token_id]
+    if ends:
+        before = before[: ends[-1] + 1]
+    if after[: len(before)] != before:
+        raise ValueError("the chat template renders a tool call differently once results follow it")
+    return after[len(before) :]
+
+
+def tool_episode_ids(
+    tokenizer: Any, episode: list[dict[str, Any]], **template_kwargs: Any
+) -> list[tuple[list[int], int]]:
+    """The ids after the prompt of a tools-format episode, as (ids, 1 for policy tokens / 0 for
+    the rest) pieces: each turn, then the tool results before the next one (results after the
+    last turn are left out: nothing follows them)."""
+    pieces: list[tuple[list[int], int]] = []
+    results: list[dict[str, Any]] = []
+    for message in episode:
+        if message.get("role") != "assistant":
+            results.append(message)
+            continue
+        if results:
+            pieces.append((tool_suffix_ids(tokenizer, results, **template_kwargs), 0))
+            results = []
+        pieces.append((tool_turn_ids(tokenizer, message), 1))
+    if results:
+        pieces.append((tool_suffix_ids(tokenizer, results, **template_kwargs), 0))
+    return pieces

@@ -261,6 +261,10 @@ class TransformersPolicy:
     name: str = "transformers"
     # the chat template's extra arguments (Qwen3's enable_thinking), the same SFT and GRPO render with
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # tools: the prompt carries the two tools' schemas, a turn ends on the end-of-message token and
+    # tool results come framed by the chat template — TRL's environment_factory layout
+    action_format: str = "tags"
+    chat_template: str | None = None  # a template's text replacing the tokenizer's (e.g. trl:qwen3's)
     _tok: Any = field(default=None, repr=False)
     _model: Any = field(default=None, repr=False)
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
@@ -283,6 +287,8 @@ class TransformersPolicy:
         try:
             path = resolve_model(self.model)
             self._tok = AutoTokenizer.from_pretrained(path)
+            if self.chat_template is not None:
+                self._tok.chat_template = self.chat_template
             device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
             self._model = AutoModelForCausalLM.from_pretrained(
                 path, dtype=torch.float32 if device == "cpu" else "auto"
@@ -300,6 +306,7 @@ class TransformersPolicy:
         self._engine = GenerationEngine(
             self._tok,
             eos_ids=eos,
+            stop_tags=self.action_format == "tags",
             temperature=self.temperature,
             top_k=getattr(config, "top_k", None) if self.temperature > 0 else None,
             top_p=getattr(config, "top_p", None) if self.temperature > 0 else None,
@@ -313,6 +320,14 @@ class TransformersPolicy:
     def _prompt_ids(self, ctx: TurnContext) -> list[int]:
         from deepanalyze_env.core.tokens import plain_token_ids, prompt_token_ids
 
+        if self.action_format == "tools":
+            from deepanalyze_env.core.tokens import tool_episode_ids, tool_prompt_ids
+
+            kwargs = self.chat_template_kwargs
+            ids = tool_prompt_ids(self._tok, ctx.messages[: ctx.prompt_len], **kwargs)
+            for piece, _ in tool_episode_ids(self._tok, ctx.messages[ctx.prompt_len :], **kwargs):
+                ids += piece
+            return ids
         if self.layout == "chat":
             return prompt_token_ids(self._tok, ctx.messages, **self.chat_template_kwargs)
         # each turn and observation tokenised on its own, as the TRL rollout and SFT build them:
@@ -382,7 +397,13 @@ class TransformersPolicy:
     def _finish(self, r: _Request, row: list[int], pad_id: int) -> None:
         while row and row[-1] == pad_id:  # a row that stopped early is padded to the longest
             row.pop()
-        text = protocol.truncate_action(self._tok.decode(row, skip_special_tokens=True))
+        text = self._tok.decode(row, skip_special_tokens=True)
+        if self.action_format == "tools":
+            from deepanalyze_env.core.tool_calls import truncate
+
+            text = truncate(text)
+        else:
+            text = protocol.truncate_action(text)
         finish = "length" if len(row) >= self.max_tokens else "stop"
         r.result = PolicyTurn(text, {"prompt_tokens": len(r.ids), "completion_tokens": len(row)}, finish)
 
@@ -395,7 +416,7 @@ class TransformersPolicy:
         kwargs: dict[str, Any] = {
             "max_new_tokens": self.max_tokens,
             "do_sample": sample,
-            "stop_strings": list(protocol.STOP_TAGS),
+            "stop_strings": list(protocol.STOP_TAGS) if self.action_format == "tags" else None,
             "tokenizer": self._tok,
             "pad_token_id": pad_id,
         }
@@ -467,6 +488,6 @@ def make_policy(kind: str, **options: Any) -> Any:
         return OpenAIPolicy(**{k: options[k] for k in known if k in options})
     if kind == "transformers":
         known = ("model", "temperature", "max_tokens", "layout", "device", "max_batch")
-        known += ("chat_template_kwargs",)
+        known += ("chat_template_kwargs", "action_format", "chat_template")
         return TransformersPolicy(**{k: options[k] for k in known if k in options})
     raise ConfigError(f"unknown policy {kind!r}; use scripted, openai or transformers")

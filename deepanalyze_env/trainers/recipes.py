@@ -70,24 +70,10 @@ class Recipe:
         """The template's text, or None when the recipe keeps the model's own."""
         if self.chat_template is None:
             return None
-        if self.chat_template.startswith("trl:"):
-            import trl
+        from deepanalyze_env.core.models import chat_template_text
 
-            name = self.chat_template[len("trl:") :]
-            path = Path(trl.__file__).parent / "chat_templates" / f"{name}.jinja"
-            if not path.is_file():
-                shipped = sorted(p.stem for p in path.parent.glob("*.jinja"))
-                raise ConfigError(
-                    f"{self.source}: chat_template {self.chat_template!r}: TRL ships no such template "
-                    f"(it has {', '.join(shipped)})"
-                )
-            return path.read_text(encoding="utf-8")
-        path = Path(self.chat_template).expanduser()
-        if not path.is_absolute() and self.source:
-            path = Path(self.source).parent / path
-        if not path.is_file():
-            raise ConfigError(f"{self.source}: chat_template: no such file {path}")
-        return path.read_text(encoding="utf-8")
+        base = Path(self.source).parent if self.source else None
+        return chat_template_text(self.chat_template, base, f"{self.source}: chat_template")
 
 
 def apply_override(tree: dict[str, Any], assignment: str) -> None:

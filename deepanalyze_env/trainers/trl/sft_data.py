@@ -31,7 +31,7 @@ from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.filters import RecordFilter
 from deepanalyze_env.core.records import load_run, own_turn_indices
 from deepanalyze_env.core.tag_tokens import token_rules
-from deepanalyze_env.core.tokens import prompt_token_ids, text_token_ids
+from deepanalyze_env.core.tokens import prompt_token_ids, text_token_ids, tool_episode_ids, tool_prompt_ids
 from deepanalyze_env.trainers.trl.rollout import encode_observation
 
 log = logging.getLogger(__name__)
@@ -114,30 +114,22 @@ def render_record(
 def render_tool_record(
     tokenizer: Any, record: dict[str, Any], template_kwargs: dict[str, Any] | None = None
 ) -> RenderedEpisode:
-    """A tools-format record as TRL's ``environment_factory`` path lays it out: the prompt through
-    the chat template with the two tools' schemas and the generation prompt; each policy turn as
-    the text the model writes (free text, then the hermes call) and the end-of-message token it
-    samples, with loss; the tool results between turns as the template renders them after that
-    token, through the next generation prompt, without loss. The tokenizer's template must render
-    tool calls (``chat_template``, e.g. ``trl:qwen3``); results after the last turn are dropped."""
+    """A tools-format record as TRL's ``environment_factory`` path lays it out
+    (``core.tokens.tool_prompt_ids`` / ``tool_episode_ids``): the prompt with the tools' schemas;
+    each policy turn as the text the model writes plus its end-of-message token, with loss; the
+    tool results between turns as the template frames them, without loss. Results after the last
+    turn are dropped (nothing trains on them)."""
     prompt, episode = split_messages(record)
-    kwargs = {**(template_kwargs or {}), "chat_template": training_template(tokenizer)}
-    schemas = tool_calls.tool_schemas()
-    ids = tokenizer.apply_chat_template(
-        prompt, tools=schemas, add_generation_prompt=True, tokenize=True, return_dict=False, **kwargs
-    )
-    out = RenderedEpisode(str(record.get("episode_id")), list(ids))
-    eos = tokenizer.eos_token_id
-    results: list[dict[str, Any]] = []
-    for message in episode:
-        if message.get("role") != "assistant":
-            results.append(message)
-            continue
-        if results:
-            out.add(tool_suffix_ids(tokenizer, results, schemas, kwargs), 0)
-            results = []
-        text = tool_calls.assistant_text(message)
-        out.add([*tokenizer.encode(text, add_special_tokens=False), eos], 1)
+    kwargs = dict(template_kwargs or {})
+    out = RenderedEpisode(str(record.get("episode_id")), tool_prompt_ids(tokenizer, prompt, **kwargs))
+    try:
+        pieces = tool_episode_ids(tokenizer, episode, **kwargs)
+    except ValueError as exc:
+        raise SFTDataError(f"record {record.get('episode_id')}: {exc}") from exc
+    while pieces and pieces[-1][1] == 0:
+        pieces.pop()
+    for ids, mask in pieces:
+        out.add(ids, mask)
     return out
 
 
@@ -149,36 +141,6 @@ def render_episode(
     if tool_calls.is_tools_record(record):
         return render_tool_record(tokenizer, record, template_kwargs)
     return render_record(tokenizer, record, template_kwargs=template_kwargs)
-
-
-def training_template(tokenizer: Any) -> str | None:
-    """The template TRL's ``GRPOTrainer`` renders tool conversations with: the tokenizer's own when
-    it is prefix-preserving (a later message never changes how earlier ones render), else TRL's
-    training variant of it (Qwen3's own template drops the reasoning of earlier turns). SFT renders
-    with the same one, so it trains the tokens GRPO will see."""
-    from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
-
-    return None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
-
-
-def tool_suffix_ids(
-    tokenizer: Any, results: list[dict[str, Any]], schemas: list[dict[str, Any]], kwargs: dict[str, Any]
-) -> list[int]:
-    """The tokens the chat template puts between a turn's end-of-message token and the next turn:
-    the tool results and the next generation prompt (rendered after a stand-in call, the part
-    after its end token)."""
-    name = str(results[0].get("name") or tool_calls.RUN_PYTHON)
-    stand_in = [{"type": "function", "function": {"name": name, "arguments": {}}}]
-    head = [{"role": "user", "content": "."}, {"role": "assistant", "content": "", "tool_calls": stand_in}]
-    options = {"tools": schemas, "tokenize": True, "return_dict": False, **kwargs}
-    before = list(tokenizer.apply_chat_template(head, **options))
-    after = list(tokenizer.apply_chat_template(head + results, add_generation_prompt=True, **options))
-    ends = [i for i, t in enumerate(before) if t == tokenizer.eos_token_id]
-    if ends:
-        before = before[: ends[-1] + 1]
-    if after[: len(before)] != before:
-        raise SFTDataError("the chat template renders a tool call differently once results follow it")
-    return after[len(before) :]
 
 
 @dataclass
