@@ -458,6 +458,34 @@ def test_one_set_of_chat_template_kwargs_reaches_every_stage(tmp_path):
     assert Pipeline.load(shipped).chat_template_kwargs == {}
 
 
+def test_the_tools_format_reaches_every_stage_with_its_chat_template(tmp_path):
+    """``env.action_format: tools`` with ``chat_template``: evals render with the template, the
+    training stages get it as a recipe override, and GRPO gets no budget check (TRL runs the
+    tool loop); a curriculum, which seeds our rollout_func's sampler, is refused."""
+    from deepanalyze_env.learn.run import eval_argv, grpo_inputs, template_override
+    from deepanalyze_env.learn.stages import Stages
+
+    shipped = REPO / "recipes" / "learn_cpu.yaml"
+    tools = ["env.action_format=tools", "chat_template=trl:qwen3", "grpo.recipe=trl_tools_cpu.yaml"]
+    with pytest.raises(ConfigError, match="curriculum seeds our rollout_func"):
+        Pipeline.load(shipped, tools)
+    pipe = Pipeline.load(shipped, [*tools, "curriculum=null"])
+    argv = eval_argv(pipe, "m", tmp_path / "dev.jsonl", tmp_path / "e", tmp_path / "env.yaml")
+    assert argv[argv.index("--chat-template") + 1] == "trl:qwen3"
+    assert template_override(pipe) == ["chat_template=trl:qwen3"]
+    pipe.output_dir = str(tmp_path)
+    (tmp_path / "reference").mkdir()
+    (tmp_path / "reference" / "episodes.jsonl").write_text("{}\n")
+    files = {"train": tmp_path / "train.jsonl"}
+    _, extra = grpo_inputs(pipe, Stages(tmp_path, fresh=True), "m", files, tmp_path, tmp_path / "env.yaml")
+    assert extra == []  # no rollout.budget_check for TRL's own tool loop
+
+
+def test_a_missing_chat_template_file_fails_when_the_pipeline_loads():
+    with pytest.raises(ConfigError, match="chat_template: no such file"):
+        Pipeline.load(REPO / "recipes" / "learn_cpu.yaml", ["chat_template=no_such.jinja"])
+
+
 def test_a_curriculum_section_samples_the_sft_model_on_grpos_tasks_and_seeds_the_curriculum(tmp_path, calls):
     from deepanalyze_env.learn.run import grpo_inputs
     from deepanalyze_env.learn.stages import Stages

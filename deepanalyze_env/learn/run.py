@@ -40,6 +40,8 @@ def eval_argv(
     argv += ["--config", str(config), "--max-tokens", str(max_tokens), "--temperature", str(temperature)]
     if pipe.chat_template_kwargs:
         argv += ["--chat-template-kwargs", json.dumps(pipe.chat_template_kwargs, sort_keys=True)]
+    if pipe.chat_template:
+        argv += ["--chat-template", pipe.chat_template]
     return [*argv, "--concurrency", str(e.concurrency)]
 
 
@@ -87,7 +89,8 @@ def grpo_inputs(
         extra += ["curriculum.kind=success_rate", f"curriculum.from_records={out / 'estimate'}"]
         extra += [f"curriculum.{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in cur.set.items()]
         budget_source = out / "estimate"
-    if budget_source is not None and not recipe.rollout.get("budget_check"):
+    # the budget check reads our rollout_func's budgets; the tools format runs TRL's own tool loop
+    if budget_source is not None and not recipe.rollout.get("budget_check") and not pipe.tools:
         extra.append(f"rollout.budget_check={budget_source}")
     return pool, extra
 
@@ -128,9 +131,13 @@ def sampled_eval(
 
 
 def template_override(pipe: Pipeline) -> list[str]:
-    if not pipe.chat_template_kwargs:
-        return []
-    return [f"trl.chat_template_kwargs={json.dumps(pipe.chat_template_kwargs, sort_keys=True)}"]
+    """The recipe overrides that make a training stage render prompts as the evals do."""
+    out = []
+    if pipe.chat_template_kwargs:
+        out.append(f"trl.chat_template_kwargs={json.dumps(pipe.chat_template_kwargs, sort_keys=True)}")
+    if pipe.chat_template:
+        out.append(f"chat_template={pipe.chat_template}")
+    return out
 
 
 def headline(eval_dir: Path) -> dict[str, Any]:

@@ -89,7 +89,15 @@ class Pipeline:
     seed: int = 0  # the task sample
     # chat template arguments for every stage's prompts (SFT, evals, GRPO): Qwen3's enable_thinking
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # a chat template for every stage (``trl:NAME`` or a file, relative to the pipeline file):
+    # ``env.action_format: tools`` needs one that renders tool calls
+    chat_template: str | None = None
     source: str = ""
+
+    @property
+    def tools(self) -> bool:
+        """Whether the pipeline's episodes are played in the tools format."""
+        return self.env.get("action_format") == "tools"
 
     @classmethod
     def load(cls, path: str | Path, overrides: list[str] | None = None) -> Pipeline:
@@ -168,10 +176,28 @@ class Pipeline:
             curriculum=curriculum,
             seed=int(tree.get("seed", 0)),
             chat_template_kwargs=dict(kwargs),
+            chat_template=_template_ref(tree.get("chat_template"), path),
             source=str(path),
         )
+        if pipe.tools and curriculum is not None:
+            raise ConfigError(
+                f"{path}: curriculum seeds our rollout_func's sampler; with env.action_format: tools GRPO "
+                "runs through TRL's environment_factory, which it cannot seed yet"
+            )
         pipe.chat_template_kwargs = template_kwargs(pipe)
         return pipe
+
+
+def _template_ref(ref: Any, path: Path) -> str | None:
+    """The pipeline's ``chat_template`` as the stages take it: ``trl:NAME`` as is, a file made
+    absolute against the pipeline file's folder (the stages run elsewhere); checked now."""
+    if ref is None:
+        return None
+    from deepanalyze_env.core.models import chat_template_text
+
+    ref = str(ref)
+    chat_template_text(ref, path.parent, f"{path}: chat_template")
+    return ref if ref.startswith("trl:") else str((path.parent / Path(ref).expanduser()).resolve())
 
 
 def template_kwargs(pipe: Pipeline) -> dict[str, Any]:
