@@ -260,3 +260,38 @@ def test_an_unknown_trl_chat_template_names_the_shipped_ones(tmp_path):
     with pytest.raises(ConfigError, match="TRL ships no such template") as caught:
         recipe.chat_template_text()
     assert "qwen3" in str(caught.value)
+
+
+def test_a_tools_recipe_trains_the_embedded_model_through_environment_factory(
+    smollm2_dir, workspace_root, tmp_path
+):
+    """One real GRPO step of ``backend: trl`` with ``env.action_format: tools``: the embedded
+    SmolLM2 under Qwen3's template (TRL ships it), TRL's own tool loop, the env's reward. A 135M
+    model rarely calls a tool, so the episodes fail the gate; what is checked is the path: the run
+    finishes, saves a model with the template, and every rollout became an episode record."""
+    tasks = _tasks(tmp_path, [{"method": "qa_plain", "ground_truth": "B"}])
+    out = tmp_path / "run"
+    tree = {
+        **BASE,
+        "output_dir": str(out),
+        "max_steps": 1,
+        "model": smollm2_dir,
+        "chat_template": "trl:qwen3",
+        "data": [str(tasks)],
+        "env": {"workspace_root": str(workspace_root), "action_format": "tools", "max_turns": 2},
+        "trl": {
+            "per_device_train_batch_size": 2,
+            "num_generations": 2,
+            "max_completion_length": 48,
+            "max_tool_calling_iterations": 2,
+            "learning_rate": 1e-6,
+            "beta": 0.0,
+            "seed": 0,
+            "gradient_checkpointing": False,
+        },
+    }
+    assert main(["train", str(write(tmp_path, tree))]) == 0
+    episodes = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
+    assert len(episodes) == 2 and all(e["reward_status"] == "scored" for e in episodes)
+    saved = json.loads((out / "tokenizer_config.json").read_text())
+    assert "tool_call" in (saved.get("chat_template") or (out / "chat_template.jinja").read_text())

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from deepanalyze_env.core import tool_calls
@@ -128,14 +128,35 @@ class DeepAnalyzeToolEnvironment:
             pass
 
 
-def environment_factory(env_config: Any = None) -> Callable[[], DeepAnalyzeToolEnvironment]:
+class EnvironmentFactory:
+    """The zero-argument callable TRL calls for each new instance; it keeps the instances it made
+    so that :meth:`close` can end their last episodes (TRL reuses instances across batches and
+    never closes them, and an episode's record is written when it closes)."""
+
+    def __init__(self, env_config: dict[str, Any]) -> None:
+        self.env_config = env_config
+        self.instances: list[DeepAnalyzeToolEnvironment] = []
+
+    def __call__(self) -> DeepAnalyzeToolEnvironment:
+        instance = DeepAnalyzeToolEnvironment(self.env_config)
+        self.instances.append(instance)
+        return instance
+
+    def close(self) -> None:
+        """Close every instance's episode (records written); call it after training."""
+        for instance in self.instances:
+            instance._close()
+
+
+def environment_factory(env_config: Any = None) -> EnvironmentFactory:
     """The zero-argument callable for ``GRPOTrainer(environment_factory=…)``: ``env_config`` is
     validated once here. ``action_format`` is ``tools`` whatever it says, and the env adds no
     system prompt of its own: TRL generates from the dataset's prompt, where
-    :func:`tool_dataset_rows` puts it, and the records keep that prompt as the model saw it."""
+    :func:`tool_dataset_rows` puts it, and the records keep that prompt as the model saw it. Call
+    its ``close()`` after training so the last episodes are recorded."""
     config = {**to_plain(env_config), "action_format": "tools", "system_prompt": None}
     EnvConfig.from_any(config)
-    return lambda: DeepAnalyzeToolEnvironment(config)
+    return EnvironmentFactory(config)
 
 
 def tool_dataset_rows(rows: Sequence[dict[str, Any]], env_config: Any = None) -> list[dict[str, Any]]:

@@ -410,14 +410,16 @@ def train_with_tools(
         return 0
     own_records = str(Path(env_config["records_dir"])) == str(out / "records")
     _clean_output(out, own_records)
+    factory = environment_factory(env_config)
     trainer = trl.GRPOTrainer(
         model=_load_policy(resolve_model(recipe.model), torch.cuda.is_available()),
         args=config,
         train_dataset=Dataset.from_list(tool_dataset_rows(rows, env_config)),
         processing_class=tokenizer,
-        environment_factory=environment_factory(env_config),
+        environment_factory=factory,
     )
-    return _train_and_save(trainer, tokenizer, out, Path(env_config["records_dir"]))
+    records_dir = Path(env_config["records_dir"])
+    return _train_and_save(trainer, tokenizer, out, records_dir, before_records=factory.close)
 
 
 def _clean_output(out: Path, own_records: bool) -> None:
@@ -436,9 +438,13 @@ def _load_policy(model_dir: str, cuda: bool) -> Any:
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if not cuda else "auto")
 
 
-def _train_and_save(trainer: Any, tokenizer: Any, out: Path, records_dir: Path) -> int:
+def _train_and_save(
+    trainer: Any, tokenizer: Any, out: Path, records_dir: Path, before_records: Any = None
+) -> int:
     quiet_console(trainer, console, "GRPO")
     trainer.train()
+    if before_records is not None:  # e.g. the environment_factory's last open episodes
+        before_records()
     trainer.save_model(str(out))  # the trained policy: a model folder for `eval --model` or another recipe
     if not trainer.is_world_process_zero():  # the other ranks' episodes are in their records files
         return 0
