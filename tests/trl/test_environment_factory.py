@@ -11,7 +11,12 @@ import pytest
 
 from deepanalyze_env.core.config import ConfigError
 from deepanalyze_env.core.records import read_records
-from deepanalyze_env.trainers.trl.environment import ENDED, environment_factory, tool_dataset_rows
+from deepanalyze_env.trainers.trl.environment import (
+    ENDED,
+    environment_factory,
+    episode_metrics,
+    tool_dataset_rows,
+)
 from tests.conftest import qa_extras
 
 PROMPT = [{"role": "user", "content": "Which store has the highest revenue?"}]
@@ -168,9 +173,11 @@ def test_grpo_trainer_runs_episodes_through_the_factory(
         num_generations=2,
         max_completion_length=512,
         mask_truncated_completions=True,
+        reward_weights=[0.0],  # episode_metrics only logs, as the train command sets it
     )
     trainer = trl.GRPOTrainer(
         model=model,
+        reward_funcs=[episode_metrics],
         args=config,
         processing_class=tok,
         train_dataset=Dataset.from_list(tool_dataset_rows(rows, env_config)),
@@ -180,3 +187,7 @@ def test_grpo_trainer_runs_episodes_through_the_factory(
     logs = trainer.state.log_history[0]
     assert logs["rewards/DeepAnalyzeToolEnvironment/mean"] == pytest.approx(0.5)  # one right, one wrong
     assert logs["reward_std"] > 0
+    assert logs["reward"] == pytest.approx(0.5)  # the logging function's weight 0 adds nothing
+    # component means and counts reach TRL's logs, as on the rollout_func path
+    assert logs["reward_components/qa_accuracy"] == pytest.approx(0.5)
+    assert logs["reward_status/scored"] == 2 and logs["termination/answer"] == 2

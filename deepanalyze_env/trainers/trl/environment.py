@@ -34,8 +34,10 @@ from typing import Any
 
 from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.config import EnvConfig, to_plain
+from deepanalyze_env.core.contracts import FinalMetadata
 from deepanalyze_env.core.env import DeepAnalyzeEnv, load_system_prompt
 from deepanalyze_env.core.tool_calls import ParsedTurn, ToolCall, check_call
+from deepanalyze_env.trainers.trl.rollout import log_episode_metrics
 
 log = logging.getLogger(__name__)
 
@@ -87,15 +89,19 @@ class DeepAnalyzeToolEnvironment:
         """The episode's reward once it has ended; an episode the model stopped without
         ``submit_answer`` ends here (``eos``: the gate fails). None for an episode that must stay
         out of the gradient, as the ``rollout_func`` path returns."""
+        meta = self._final()
+        if meta is None or meta["reward_status"] != "scored":
+            return None
+        return self._env.final_reward if self._env is not None else None
+
+    def _final(self) -> FinalMetadata | None:
+        """The episode's final metadata, ending it first when the model stopped calling tools."""
         env = self._env
         if env is None:
             return None
         if env.final_metadata is None:
             env.end_with_eos("")
-        meta = env.final_metadata
-        if meta is None or meta["reward_status"] != "scored":
-            return None
-        return env.final_reward
+        return env.final_metadata
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
         env = self._env
@@ -126,6 +132,23 @@ class DeepAnalyzeToolEnvironment:
             self._close()
         except Exception:
             pass
+
+
+def episode_metrics(environments: Sequence[Any], log_metric: Any = None, **_: Any) -> list[float | None]:
+    """A reward function for TRL's logs on this path (the train command adds it with weight 0):
+    the batch's component means, statuses and terminations logged as on the ``rollout_func``
+    path; it returns the env's rewards, which the weight keeps out of the total (``get_reward``
+    is the reward)."""
+    ours = [e for e in environments if isinstance(e, DeepAnalyzeToolEnvironment)]
+    finals = [m for m in (e._final() for e in ours) if m is not None]
+    if log_metric is not None and finals:
+        log_episode_metrics(
+            log_metric,
+            [m["reward_components"] for m in finals],
+            [m["reward_status"] for m in finals],
+            [m["termination"] for m in finals],
+        )
+    return [e.get_reward() if isinstance(e, DeepAnalyzeToolEnvironment) else None for e in environments]
 
 
 class EnvironmentFactory:

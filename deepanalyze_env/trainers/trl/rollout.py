@@ -451,17 +451,29 @@ def environment_reward(
     because TRL drops a row from its group baseline only when *every* function returns None.
     """
     if log_metric is not None:
-        per_component: dict[str, list[float]] = defaultdict(list)
-        for comps in reward_components:
-            for name, value in comps.items():
-                per_component[name].append(value)
-        for name, values in per_component.items():
-            log_metric(f"reward_components/{name}", sum(values) / len(values))
-        for status, count in Counter(reward_status).items():
-            log_metric(f"reward_status/{status}", float(count))
-        for term, count in Counter(termination).items():
-            log_metric(f"termination/{term}", float(count))
+        log_episode_metrics(log_metric, reward_components, reward_status, termination)
     return [None if r is None or (isinstance(r, float) and math.isnan(r)) else float(r) for r in env_reward]
+
+
+def log_episode_metrics(
+    log_metric: Callable,
+    components: Sequence[dict[str, float]],
+    statuses: Sequence[str],
+    terminations: Sequence[str],
+) -> None:
+    """TRL's logs for a batch of episodes, on both TRL paths: each component's mean as
+    ``reward_components/<name>`` (over the episodes that have it), and ``reward_status/<status>``
+    and ``termination/<termination>`` counts."""
+    per_component: dict[str, list[float]] = defaultdict(list)
+    for comps in components:
+        for name, value in comps.items():
+            per_component[name].append(value)
+    for name, values in per_component.items():
+        log_metric(f"reward_components/{name}", sum(values) / len(values))
+    for status, count in Counter(statuses).items():
+        log_metric(f"reward_status/{status}", float(count))
+    for term, count in Counter(terminations).items():
+        log_metric(f"termination/{term}", float(count))
 
 
 def trl_prompt(row: dict[str, Any]) -> list[dict[str, Any]]:

@@ -381,13 +381,19 @@ def train_with_tools(
     from datasets import Dataset
     from trl.chat_template_utils import supports_tool_calling
 
-    from deepanalyze_env.trainers.trl.environment import environment_factory, tool_dataset_rows
+    from deepanalyze_env.trainers.trl.environment import (
+        environment_factory,
+        episode_metrics,
+        tool_dataset_rows,
+    )
 
     where = recipe.source
     if recipe.curriculum is not None:
         raise ConfigError(f"{where}: curriculum is not supported with env.action_format: tools yet")
     if recipe.rollout:
         raise ConfigError(f"{where}: rollout settings are for our rollout_func; with tools TRL runs the loop")
+    if recipe.trl.get("reward_weights") is not None:
+        raise ConfigError(f"{where}: with tools the env owns the reward (get_reward): no trl.reward_weights")
     if not supports_tool_calling(tokenizer):
         raise ConfigError(
             f"{where}: env.action_format: tools needs a chat template that renders tool calls; "
@@ -411,8 +417,10 @@ def train_with_tools(
     own_records = str(Path(env_config["records_dir"])) == str(out / "records")
     _clean_output(out, own_records)
     factory = environment_factory(env_config)
+    config.reward_weights = [0.0]  # episode_metrics only logs; get_reward (weight 1) is the reward
     trainer = trl.GRPOTrainer(
         model=_load_policy(resolve_model(recipe.model), torch.cuda.is_available()),
+        reward_funcs=[episode_metrics],
         args=config,
         train_dataset=Dataset.from_list(tool_dataset_rows(rows, env_config)),
         processing_class=tokenizer,
