@@ -102,3 +102,31 @@ def test_weights_come_from_the_plan_and_say_when_they_may_differ():
     }
     assert Payload().weights(mean) == ({"qa_acc_reward": 1.0, "qa_analysisc_reward": 1.0}, "plan")
     assert Payload().weights({"reward_spec": {"method": "nosuch"}, "versions": {}}) == (None, "unknown")
+
+
+def test_a_tools_record_shows_its_calls_and_its_submitted_answer():
+    """A tools-format record keeps calls as structured messages; the page shows each call as the
+    text the policy wrote, and the submitted answer is what the episode list searches."""
+    call = {"type": "function", "function": {"name": "run_python", "arguments": {"code": "print(1)"}}}
+    answer = {"type": "function", "function": {"name": "submit_answer", "arguments": {"answer": "Store B"}}}
+    record = {
+        "episode_id": "e1",
+        "task_id": "t1",
+        "input_seq": "Which store?",
+        "reward_spec": {"method": "qa_plain", "ground_truth": "B"},
+        "messages": [
+            {"role": "user", "content": "Which store?"},
+            {"role": "assistant", "content": "Sum it.", "tool_calls": [call]},
+            {"role": "tool", "name": "run_python", "content": "1"},
+            {"role": "assistant", "content": "", "tool_calls": [answer]},
+        ],
+        "reward_status": "scored",
+        "reward": 1.0,
+    }
+    payload = Payload()
+    payload.add(record, kept=None, source=0)
+    body = json.loads(payload.bodies[0])
+    shown = [join_segments(m["segs"]) for m in body["messages"]]
+    assert shown[1].startswith("Sum it.\n<tool_call>") and '"code": "print(1)"' in shown[1]
+    assert body["messages"][2] == {"role": "tool", "segs": [{"t": "", "s": "1"}]}
+    assert "Store B" in json.dumps(payload.index[0])

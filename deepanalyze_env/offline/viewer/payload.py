@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
 from deepanalyze_env.core.filters import DERIVED
+from deepanalyze_env.core.tool_calls import SUBMIT_ANSWER, assistant_text
 from deepanalyze_env.offline.viewer.highlight import code_runs
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,10 @@ def family(record: dict[str, Any]) -> str:
 def _final_answer(record: dict[str, Any]) -> str:
     for message in reversed(record.get("messages") or []):
         if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or []:  # the tools format: submit_answer's argument
+                function = call.get("function") or {}
+                if function.get("name") == SUBMIT_ANSWER:
+                    return str((function.get("arguments") or {}).get("answer") or "").strip()
             content = str(message.get("content") or "")
             start = content.rfind("<Answer>")
             if start >= 0:
@@ -211,7 +216,7 @@ class Payload:
             }
         body = {
             "messages": [
-                {"role": str(m.get("role")), "segs": segments(str(m.get("content") or ""))}
+                {"role": str(m.get("role")), "segs": segments(assistant_text(m))}
                 for m in record.get("messages") or []
             ],
             "reward_spec": record.get("reward_spec"),
