@@ -125,7 +125,8 @@ def pipeline(args: argparse.Namespace) -> dict[str, Any]:
 
 def step_counts(steps: list[dict[str, Any]]) -> dict[str, Any]:
     """What GRPO's steps could teach: groups without variance, length-cut episodes, steps with a
-    zero loss (from ``metrics.jsonl``'s ``teach`` sections)."""
+    zero loss (from ``metrics.jsonl``'s ``teach`` sections). ``episodes`` counts the trained ones;
+    the length-cut fraction is over every episode (trained + cut)."""
     teach = [s.get("teach") or {} for s in steps]
     groups = sum(t.get("groups", 0) for t in teach)
     zero = sum(t.get("zero_variance_groups", 0) for t in teach)
@@ -138,7 +139,8 @@ def step_counts(steps: list[dict[str, Any]]) -> dict[str, Any]:
         "zero_variance_fraction": zero / groups if groups else None,
         "episodes": trained,
         "length_cut": cut,
-        "length_cut_fraction": cut / trained if trained else None,
+        # of every GRPO episode (a cut one is not trained: trained + cut is the step's episodes)
+        "length_cut_fraction": cut / (trained + cut) if trained + cut else None,
         "steps_with_nonzero_loss": sum(1 for t in teach if t.get("loss_nonzero")),
         "step_seconds_mean": (
             sum((s.get("time") or {}).get("step_s", 0.0) for s in steps) / len(steps) if steps else None
