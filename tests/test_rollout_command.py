@@ -279,6 +279,7 @@ def test_policy_chat_template_kwargs_reach_the_transformers_policy(monkeypatch):
         policy_layout=None,
         concurrency=2,
         policy_chat_template_kwargs='{"enable_thinking": false}',
+        policy_chat_template=None,
     )
     build_policy(args)
     assert seen["chat_template_kwargs"] == {"enable_thinking": False} and seen["max_batch"] == 2
