@@ -324,19 +324,8 @@ class DeepAnalyzeEnv(BaseTextEnv):
             output, exec_meta = run_cell(
                 self.kernel, self.profile, turn.call.argument, self.source_workspace is not None
             )
-        passed = self.profile.code_pass(exec_meta["status"], output)
-        self.code_pass.append(passed)
-        self.exec_log.append(exec_meta)
         observation = tool_calls.result_message(tool_calls.RUN_PYTHON, output)
-        self.messages.append(observation)
-        turn_meta: TurnMetadata = {"code_pass": passed, "exec": exec_meta}
-        return BaseTextEnvStepOutput(
-            observations=[observation],
-            reward=0.0,
-            done=False,
-            metadata=dict(turn_meta),
-            postprocessed_action=raw,
-        )
+        return self._cell_turn(output, exec_meta, observation, raw)
 
     def _advance(self, cut: str) -> BaseTextEnvStepOutput:
         try:
@@ -388,10 +377,17 @@ class DeepAnalyzeEnv(BaseTextEnv):
 
     def _code_turn(self, cut: str) -> BaseTextEnvStepOutput:
         output, exec_meta = execute_action(self.kernel, self.profile, cut, self.source_workspace is not None)
+        observation = {"role": self.config.observation_role, "content": protocol.render_observation(output)}
+        return self._cell_turn(output, exec_meta, observation, cut)
+
+    def _cell_turn(
+        self, output: str, exec_meta: ExecInfo, observation: dict[str, Any], action: str
+    ) -> BaseTextEnvStepOutput:
+        """A turn that goes on, in either action format: the cell's pass by the profile's rule,
+        its exec entry and the observation recorded; the step output handed back."""
         passed = self.profile.code_pass(exec_meta["status"], output)
         self.code_pass.append(passed)
         self.exec_log.append(exec_meta)
-        observation = {"role": self.config.observation_role, "content": protocol.render_observation(output)}
         self.messages.append(observation)
         turn: TurnMetadata = {"code_pass": passed, "exec": exec_meta}
         return BaseTextEnvStepOutput(
@@ -399,7 +395,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
             reward=0.0,
             done=False,
             metadata=dict(turn),
-            postprocessed_action=cut,
+            postprocessed_action=action,
         )
 
     def _context(self) -> RewardContext:

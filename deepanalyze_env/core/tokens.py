@@ -54,15 +54,24 @@ def text_token_ids(tokenizer: Any, text: str, special_tags: Iterable[str] = ()) 
 # same ids with these functions, so what they train and evaluate is what GRPO samples.
 
 
+_TRAINING_TEMPLATES: dict[tuple[int, str], str | None] = {}  # (tokenizer, its template) -> answer
+
+
 def training_template(tokenizer: Any) -> str | None:
     """The template ``GRPOTrainer`` renders tool conversations with: the tokenizer's own when it
     is prefix-preserving (a later message never changes how earlier ones render), else TRL's
-    training variant of it (Qwen3's own template drops the reasoning of earlier turns)."""
-    try:
-        from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
-    except ImportError:  # without TRL there is no GRPO layout to match: the tokenizer's own
-        return None
-    return None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
+    training variant of it (Qwen3's own template drops the reasoning of earlier turns). Decided
+    once per tokenizer and template: the check renders test conversations, and a local policy
+    asks on every turn."""
+    key = (id(tokenizer), str(tokenizer.chat_template))
+    if key not in _TRAINING_TEMPLATES:
+        try:
+            from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+        except ImportError:  # without TRL there is no GRPO layout to match: the tokenizer's own
+            return None
+        preserving = is_chat_template_prefix_preserving(tokenizer)
+        _TRAINING_TEMPLATES[key] = None if preserving else get_training_chat_template(tokenizer)
+    return _TRAINING_TEMPLATES[key]
 
 
 def tool_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]], **template_kwargs: Any) -> list[int]:

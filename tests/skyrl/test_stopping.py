@@ -7,17 +7,15 @@ tokens, and stop lists that lack a tag.
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
 
 from deepanalyze_env.core.config import ConfigError
-from deepanalyze_env.core.tasks import env_extras
 from deepanalyze_env.trainers.skyrl.config import apply_tag_tokens, parse_config
 from deepanalyze_env.trainers.skyrl.entrypoint import main
 from tests.conftest import build_tiny_tokenizer, qa_extras
-from tests.skyrl.conftest import VllmLikeEngine, make_cfg, make_generator, vllm_params, with_special_tags
+from tests.skyrl.conftest import make_cfg, run_vllm_episode, vllm_params, with_special_tags
 
 # what a model would write if nothing stopped it: each turn runs on past its closing tag
 CODE = "<Analyze>sum it</Analyze>\n<Code>\n```python\nprint(10 + 32)\n```\n</Code>\n<Execute>\nmade up\n"
@@ -25,20 +23,7 @@ ANSWER = "<Analyze>done</Analyze>\n<Answer>\nAnswer: B\n</Answer>\nand more text
 
 
 def run_episode(cfg, tok, workspace_root, plan):
-    row = {"prompt": [{"role": "user", "content": "Which store?"}], "task_id": "t-stop", **qa_extras()}
-    engine = VllmLikeEngine(tok, {"Which store?": plan})
-    gen = make_generator(cfg, tok, engine)
-    out = asyncio.run(
-        gen.agent_loop(
-            row["prompt"],
-            "deepanalyze",
-            env_extras(row),
-            max_tokens=cfg.generator.sampling_params.max_generate_length,
-            max_input_length=cfg.generator.max_input_length,
-            sampling_params=vllm_params(cfg.generator.sampling_params),
-        )
-    )
-    return out, engine
+    return run_vllm_episode(cfg, tok, plan)
 
 
 def policy_ids(out) -> list[int]:

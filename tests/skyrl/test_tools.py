@@ -8,16 +8,14 @@ tool results the way Qwen-style templates do.
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
 
 from deepanalyze_env.core.config import ConfigError
-from deepanalyze_env.core.tasks import env_extras
 from deepanalyze_env.trainers.skyrl.config import parse_config
-from tests.conftest import build_tiny_tokenizer, qa_extras
-from tests.skyrl.conftest import VllmLikeEngine, make_cfg, make_generator, vllm_params
+from tests.conftest import build_tiny_tokenizer
+from tests.skyrl.conftest import make_cfg, run_vllm_episode
 
 TOOLS = "environment.skyrl_gym.deepanalyze.action_format=tools"
 TOOL_TEMPLATE = (
@@ -69,19 +67,7 @@ def test_a_tool_calling_episode_through_skyrls_generator(tool_tokenizer, workspa
         "Sum per store.\n" + call("run_python", code=SUMS) + "\n<tool_response>\nmade up",
         call("submit_answer", answer="B") + "\nand more",
     ]
-    row = {"prompt": [{"role": "user", "content": "Which store?"}], "task_id": "t-tools", **qa_extras()}
-    engine = VllmLikeEngine(tok, {"Which store?": plan}, turn_marker="</tool_response>")
-    gen = make_generator(cfg, tok, engine)
-    out = asyncio.run(
-        gen.agent_loop(
-            row["prompt"],
-            "deepanalyze",
-            env_extras(row),
-            max_tokens=cfg.generator.sampling_params.max_generate_length,
-            max_input_length=cfg.generator.max_input_length,
-            sampling_params=vllm_params(cfg.generator.sampling_params),
-        )
-    )
+    out, engine = run_vllm_episode(cfg, tok, plan, turn_marker="</tool_response>", task_id="t-tools")
     assert engine.stop_reasons == ["stop", "stop"]
     assert out.env_metrics["reward"] == 1.0 and out.env_metrics["exec_ok"] == 1.0
     # the tool result reached the model through the chat template, outside the loss

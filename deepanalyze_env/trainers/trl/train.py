@@ -319,7 +319,7 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if env.action_format == "tools":
-        return train_with_tools(recipe, check, config, rows, env_config, tokenizer, checked)
+        return train_with_tools(recipe, check, config, rows, env_config, tokenizer, checked, own_records)
     rollout_args = {k: v for k, v in recipe.rollout.items() if k != "budget_check"}
     rollout = DeepAnalyzeRollout(rows, env_config, **rollout_args)
     curriculum = build_curriculum(recipe, rows, config.seed)
@@ -371,6 +371,7 @@ def train_with_tools(
     env_config: dict[str, Any],
     tokenizer: Any,
     checked: int,
+    own_records: bool,
 ) -> int:
     """The ``tools`` action format on TRL: ``GRPOTrainer(environment_factory=…)``, the env owning
     the reward through ``get_reward`` (no ``rollout_func``, no reward function of ours). TRL runs
@@ -414,7 +415,6 @@ def train_with_tools(
             default=str,
         )
         return 0
-    own_records = str(Path(env_config["records_dir"])) == str(out / "records")
     _clean_output(out, own_records)
     factory = environment_factory(env_config)
     config.reward_weights = [0.0]  # episode_metrics only logs; get_reward (weight 1) is the reward
