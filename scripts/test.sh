@@ -30,5 +30,5 @@ if [ ! -x .venv312/bin/python ]; then
   .venv312/bin/python -m pip install --quiet --upgrade pip
 fi
 .venv312/bin/python -m pip install --quiet "torch==2.13.0"
-.venv312/bin/python -m pip install --quiet -e ".[skyrl,kernel,dev]"
+.venv312/bin/python -m pip install --quiet -e ".[skyrl,kernel,test]"
 .venv312/bin/python -m pytest -q tests/skyrl

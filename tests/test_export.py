@@ -36,7 +36,7 @@ PLAIN_COLUMNS = (
     "turns",
     "error",
 )
-JSON_COLUMNS = ("reward_spec", "exec", "judge", "usage", "versions", "timings")
+JSON_COLUMNS = ("reward_spec", "exec", "judge", "usage", "agent", "versions", "timings")
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,8 @@ imports inside functions, which are how optional dependencies are reached.
 - the core imports no trainer, offline tool, pipeline or CLI module; trainers and offline tools
   import no pipeline or CLI module and not each other; the learn pipeline (above both, it
   chains their commands) imports no CLI module.
+- ``serve`` (the env to outside clients) sits above the core and the offline tools and below the
+  CLI: it imports no trainer, pipeline or CLI module, and nothing but the CLI imports it.
 - ``core.protocol`` and ``core.errors`` import where skyrl_gym is not installed.
 """
 
@@ -22,13 +24,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # package prefix of the importing module → import prefixes it must not use
 UPPER = ("deepanalyze_env.learn", "deepanalyze_env.cli")
+SERVE = "deepanalyze_env.serve"  # above core and offline, below the CLI: nothing else imports it
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tools": ("deepanalyze_env", "rewards"),
-    "rewards": ("deepanalyze_env.trainers", "deepanalyze_env.offline", *UPPER),
-    "deepanalyze_env.core": ("deepanalyze_env.trainers", "deepanalyze_env.offline", *UPPER),
-    "deepanalyze_env.trainers": ("deepanalyze_env.offline", *UPPER),
-    "deepanalyze_env.offline": ("deepanalyze_env.trainers", *UPPER),
-    "deepanalyze_env.learn": ("deepanalyze_env.cli",),
+    "rewards": ("deepanalyze_env.trainers", "deepanalyze_env.offline", SERVE, *UPPER),
+    "deepanalyze_env.core": ("deepanalyze_env.trainers", "deepanalyze_env.offline", SERVE, *UPPER),
+    "deepanalyze_env.trainers": ("deepanalyze_env.offline", SERVE, *UPPER),
+    "deepanalyze_env.offline": ("deepanalyze_env.trainers", SERVE, *UPPER),
+    "deepanalyze_env.learn": ("deepanalyze_env.cli", SERVE),
+    "deepanalyze_env.serve": ("deepanalyze_env.trainers", *UPPER),
 }
 
 

@@ -4,7 +4,7 @@ Blocks are read from README.md in order. ``python`` blocks run in a fresh interp
 repository root (their paths, ``data``, are the repository's). ``yaml`` blocks are configuration:
 each top-level key is one snippet, checked by the loader that reads it (``judge`` by the env
 config, ``curriculum`` by the curriculum config). ``bash`` blocks run in order with ``bash -e``
-in one scratch folder that links the repository's ``data`` and ``recipes``, with a scripted
+in one scratch folder that links the repository's ``data``, ``recipes`` and ``examples``, with a scripted
 teacher and judge on 127.0.0.1 behind ``$POLICY_URL`` / ``$JUDGE_URL`` (the README's variables),
 so a later block reads what an earlier one wrote. A block that cannot run here (installs, GPUs,
 the 15-minute main job) is marked by the line ``<!-- readme-test: skip: REASON -->`` right
@@ -157,7 +157,7 @@ def test_bash_blocks_run_in_order_as_written(servers, tmp_path):
     teacher, judge = servers
     work = tmp_path / "work"
     work.mkdir()
-    for name in ("data", "recipes"):
+    for name in ("data", "recipes", "examples"):
         (work / name).symlink_to(REPO / name)
     bin_dir = Path(sys.executable).parent  # deepanalyze-rl of this interpreter
     env = {
@@ -186,3 +186,13 @@ def test_bash_blocks_run_in_order_as_written(servers, tmp_path):
     assert (work / "runs" / "teacher" / "kept.jsonl").read_text().count("\n") == 16
     assert (work / "runs" / "teacher" / "episodes.html").stat().st_size > 1000
     assert (work / "datasets" / "teacher" / "README.md").is_file()
+    # the replay agent's episodes through collect: 4 tasks, each answered right (0.9, as above)
+    collected = [
+        json.loads(x) for x in (work / "runs" / "collect-replay" / "episodes.jsonl").read_text().splitlines()
+    ]
+    assert len(collected) == 4 and all(r["reward_status"] == "scored" for r in collected)
+    assert all(
+        r["agent"]["exit_code"] == 0 and r["versions"]["policy_id"] == "black-box:replay_agent"
+        for r in collected
+    )
+    assert (work / "runs" / "collect-replay" / "episodes.html").stat().st_size > 1000

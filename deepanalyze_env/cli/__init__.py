@@ -18,6 +18,8 @@ COMMANDS = (
     "rescore",
     "recover",
     "view",
+    "serve",
+    "collect",
     "export",
     "prepare_data",
     "bank",

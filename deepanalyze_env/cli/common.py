@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 from rich.console import Console
+from rich.table import Table
 
 from deepanalyze_env.core.config import JUDGE_BACKENDS, EnvConfig
 
@@ -93,3 +94,80 @@ def task_files(args: argparse.Namespace, env_config: dict[str, Any]) -> list[str
     ``workspace_root`` unless the config names one)."""
     env_config.setdefault("workspace_root", str(SHIPPED_DATA))
     return list(args.tasks or sorted(str(p) for p in (SHIPPED_DATA / "tasks").glob("*.jsonl")))
+
+
+# ---------------------------------------------------------------------------- serve and collect
+
+
+# flag -> (ServeLimits field, type, metavar, help): one table for serve and collect
+LIMIT_FLAGS: dict[str, tuple[str, type, str, str]] = {
+    "--max-sessions": ("max_sessions", int, "N", "episodes open at once"),
+    "--max-calls": ("max_calls", int, "N", "tool calls per episode"),
+    "--max-payload-bytes": ("max_payload_bytes", int, "N", "largest tool argument"),
+    "--max-request-bytes": ("max_request_bytes", int, "N", "largest HTTP request or WebSocket message"),
+    "--idle-timeout": ("idle_timeout_s", float, "S", "close an episode idle this long"),
+}
+
+
+def add_limit_flags(p: argparse.ArgumentParser) -> None:
+    from deepanalyze_env.serve.session import ServeLimits
+
+    defaults = ServeLimits()
+    g = p.add_argument_group("limits (a client past one gets a one-line error)")
+    for flag, (name, kind, metavar, about) in LIMIT_FLAGS.items():
+        g.add_argument(
+            flag, dest=name, type=kind, default=getattr(defaults, name), metavar=metavar, help=about
+        )
+
+
+def limits_from(args: argparse.Namespace) -> Any:
+    from deepanalyze_env.serve.session import ServeLimits
+
+    limits = ServeLimits(**{name: getattr(args, name) for name, *_ in LIMIT_FLAGS.values()})
+    try:
+        limits.validate()
+    except ValueError as exc:
+        flag = next(f for f, (name, *_) in LIMIT_FLAGS.items() if str(exc).startswith(name))
+        raise UsageError(f"{flag}: {exc}")
+    return limits
+
+
+def require_serve_extra() -> None:
+    import importlib.util
+
+    missing = [
+        m for m in ("mcp", "openenv", "uvicorn", "starlette", "httpx") if importlib.util.find_spec(m) is None
+    ]
+    if missing:
+        raise UsageError(
+            f"serving needs the serve extra ({', '.join(missing)} missing): "
+            "pip install 'deepanalyze-env[serve]'"
+        )
+
+
+# ---------------------------------------------------------------------------- eval reports (eval, collect)
+
+
+def print_report(report: dict[str, Any], title: str) -> None:
+    from deepanalyze_env.offline.eval_report import episode_line, summary_row
+
+    ks = report["pass_at_ks"]
+    table = Table(title=f"eval {title}", title_justify="left")
+    for col in ("group", "episodes", "reward", "95% CI", "format gate", *(f"pass@{k}" for k in ks), "turns"):
+        table.add_column(col, justify="right" if col != "group" else "left")
+    rows = [("all", report["overall"])] + [
+        (f"{key}={name}", s) for key, groups in report["breakdowns"].items() for name, s in groups.items()
+    ]
+    for name, s in rows:
+        table.add_row(*summary_row(name, s, ks))
+    console.print(table)
+    console.print(episode_line(report["episodes"]), highlight=False)
+    o = report["overall"]
+    console.print(
+        "status: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in o["status_rates"].items())
+        + " · termination: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in o["termination_rates"].items()),
+        highlight=False,
+    )
+    console.print(f"report: {report['folder']}/report.md (report.json, report.png)", highlight=False)

@@ -23,6 +23,7 @@ from deepanalyze_env.cli.common import (
     console,
     load_env_config,
     make_parser,
+    print_report,
     task_files,
     template_kwargs,
 )
@@ -200,39 +201,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
-
-
-def print_report(report: dict[str, Any], title: str) -> None:
-    from deepanalyze_env.offline.eval_report import episode_line, episodes_cell, fmt
-
-    ks = report["pass_at_ks"]
-    table = Table(title=f"eval {title}", title_justify="left")
-    for col in ("group", "episodes", "reward", "95% CI", "format gate", *(f"pass@{k}" for k in ks), "turns"):
-        table.add_column(col, justify="right" if col != "group" else "left")
-    rows = [("all", report["overall"])] + [
-        (f"{key}={name}", s) for key, groups in report["breakdowns"].items() for name, s in groups.items()
-    ]
-    for name, s in rows:
-        table.add_row(
-            name,
-            episodes_cell(s),
-            fmt(s["reward_mean"], True),
-            fmt(s["reward_ci95"], True),
-            fmt(s["format_gate_pass_rate"]),
-            *(fmt(s["pass_at"][str(k)]["value"]) for k in ks),
-            fmt(s["turns_mean"]),
-        )
-    console.print(table)
-    console.print(episode_line(report["episodes"]), highlight=False)
-    o = report["overall"]
-    console.print(
-        "status: "
-        + ", ".join(f"{k} {v:.2f}" for k, v in o["status_rates"].items())
-        + " · termination: "
-        + ", ".join(f"{k} {v:.2f}" for k, v in o["termination_rates"].items()),
-        highlight=False,
-    )
-    console.print(f"report: {report['folder']}/report.md (report.json, report.png)", highlight=False)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

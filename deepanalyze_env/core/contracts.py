@@ -99,6 +99,19 @@ class Versions(TypedDict):
     kernel: dict[str, str]  # kernel package → version
 
 
+class AgentTrace(TypedDict):
+    """``record["agent"]``: an episode an outside agent played (``deepanalyze-rl collect``). The
+    policy is a black box: what it sent to its model is what the recording proxy saw."""
+
+    kind: Literal["black-box"]
+    command: str  # the agent command line as given
+    exit_code: int | None  # None: still running when the time limit killed it
+    seconds: float
+    model_calls: list[dict[str, Any]]  # per model call: request, response (token ids and logprobs
+    # when the upstream returned them), status, latency_ms
+    stderr_tail: str  # the last lines the agent wrote to stderr
+
+
 class EpisodeRecord(TypedDict):
     """One line of ``episodes-*.jsonl`` (fields in this order; see ``RECORD_FIELDS``)."""
 
@@ -121,6 +134,7 @@ class EpisodeRecord(TypedDict):
     exec: list[ExecInfo]
     judge: JudgeSummary | None
     usage: Any  # token counts per turn, when the policy reports them
+    agent: AgentTrace | None  # an outside agent's run (``collect``); None for the env's own policies
     versions: Versions
     timings: dict[str, float]  # init_ms, reward_ms
     error: str | None
@@ -147,3 +161,4 @@ class EpisodeResult:
     exec: list[ExecInfo]
     timings: dict[str, float]
     versions: Versions
+    unfinished: str | None = None  # why an unfinished episode was closed early (``close(unfinished=…)``)

@@ -153,6 +153,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
         self.final_reward: float | None = None
         self.timings: dict[str, float] = {}
         self._closed = False
+        self.unfinished_reason: str | None = None  # close(unfinished=…): why it ended early
         self.judge_session = None
 
     def _load_row(self) -> None:
@@ -511,6 +512,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
             turns=self.turns,
             exec=list(self.exec_log),
             timings=dict(self.timings),
+            unfinished=self.unfinished_reason,
             versions={
                 "package": package_version(),
                 "profile": self.config.profile,
@@ -522,15 +524,20 @@ class DeepAnalyzeEnv(BaseTextEnv):
             },
         )
 
-    def close(self, *, record: bool = True) -> None:
+    def close(self, *, record: bool = True, unfinished: str | None = None) -> None:
         """Release the worker and scratch workspace; append the record when ``records_dir`` is set.
 
         ``record=False`` is for a caller abandoning an episode it could not finish (``rollout``
         when its policy fails or the run is interrupted): a half episode is not data.
+        ``unfinished`` (a reason) records an episode that did not end as ``reward_status:
+        "unfinished"`` with that reason as its ``error``, unscored: a served client that went
+        away (``deepanalyze-rl serve``) is not a token budget.
         """
         if self._closed:
             return
-        if record and self.final_metadata is None and self.turns > 0:
+        if unfinished is not None and self.final_metadata is None:
+            self.unfinished_reason = unfinished
+        elif record and self.final_metadata is None and self.turns > 0:
             # The trainer ended the loop without a final step: SkyRL's generator stops a trajectory
             # whose input outgrew max_input_length and closes the env. That is a token budget.
             try:

@@ -110,9 +110,10 @@ def build_record(result: EpisodeResult) -> EpisodeRecord:
         "exec": list(result.exec),
         "judge": meta.get("judge"),
         "usage": extras.get("usage"),
+        "agent": extras.get("agent"),
         "versions": result.versions,
         "timings": dict(result.timings),
-        "error": meta.get("error"),
+        "error": meta.get("error") or result.unfinished,
     }
 
 

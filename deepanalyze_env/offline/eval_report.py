@@ -430,7 +430,8 @@ def episodes_cell(s: dict[str, Any]) -> str:
     return f"{s['episodes']} ({s['missing']} missing)" if s.get("missing") else str(s["episodes"])
 
 
-def _row(name: str, s: dict[str, Any], ks: Sequence[int]) -> list[str]:
+def summary_row(name: str, s: dict[str, Any], ks: Sequence[int]) -> list[str]:
+    """One group's row of the report table (markdown here, the console in the commands)."""
     return [
         name,
         episodes_cell(s),
@@ -455,10 +456,10 @@ def report_markdown(report: dict[str, Any], title: str) -> str:
     ]
     lines = [f"# {title}", "", episode_line(report["episodes"]), ""]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines.append("| " + " | ".join(_row("all", report["overall"], ks)) + " |")
+    lines.append("| " + " | ".join(summary_row("all", report["overall"], ks)) + " |")
     for key, groups in report["breakdowns"].items():
         for name, s in groups.items():
-            lines.append("| " + " | ".join(_row(f"{key}={name}", s, ks)) + " |")
+            lines.append("| " + " | ".join(summary_row(f"{key}={name}", s, ks)) + " |")
     o = report["overall"]
     lines += ["", "## Components (scored episodes)", ""]
     lines += [f"- `{k}`: {fmt(v)}" for k, v in o["components"].items()] or ["- none"]

@@ -38,7 +38,7 @@ from deepanalyze_env.offline.stats import compute_stats, summary_rows
 
 log = logging.getLogger(__name__)
 
-JSON_COLUMNS = ("reward_spec", "exec", "judge", "usage", "versions", "timings")
+JSON_COLUMNS = ("reward_spec", "exec", "judge", "usage", "agent", "versions", "timings")
 SHARD_ROWS = 5000
 SPLIT_NAME = re.compile(r"^\w+(\.\w+)*$")  # what the Hub accepts as a split name
 SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"))

@@ -235,11 +235,45 @@ class Payload:
             "exec": record.get("exec") or [],
             "judge": judge_body,
             "usage": record.get("usage"),
+            "agent": agent_view(record.get("agent")),
             "versions": self.share(versions or None),
             "timings": record.get("timings"),
             "error": record.get("error"),
         }
         self.bodies.append(script_json(body))
+
+
+def agent_view(agent: Any) -> dict[str, Any] | None:
+    """An outside agent's trace (``collect``) as the page shows it: the run, and per model call
+    its status, latency and what the model answered (requests left out: they repeat the
+    conversation the page already shows)."""
+    if not isinstance(agent, dict):
+        return None
+    calls = []
+    for call in agent.get("model_calls") or []:
+        choices = ((call.get("response") or {}).get("choices") or [{}]) if isinstance(call, dict) else [{}]
+        choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+        message = choice.get("message") or {}
+        said = [str(message.get("content") or "")] + [
+            f"{(c.get('function') or {}).get('name')}({(c.get('function') or {}).get('arguments')})"
+            for c in message.get("tool_calls") or []
+            if isinstance(c, dict)
+        ]
+        calls.append(
+            {
+                "status": call.get("status") if isinstance(call, dict) else None,
+                "latency_ms": call.get("latency_ms") if isinstance(call, dict) else None,
+                "finish_reason": choice.get("finish_reason"),
+                "said": "\n".join(x for x in said if x)[:4000],
+            }
+        )
+    return {
+        "command": agent.get("command"),
+        "exit_code": agent.get("exit_code"),
+        "seconds": agent.get("seconds"),
+        "stderr_tail": str(agent.get("stderr_tail") or "")[-2000:],
+        "model_calls": calls,
+    }
 
 
 def script_json(value: Any) -> str:

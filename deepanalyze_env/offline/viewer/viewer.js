@@ -473,6 +473,7 @@
     add(box, el("h3", null, "Reward"), renderReward(body));
     add(box, el("h3", null, "Turns (" + r[C.turns] + ")"), renderMessages(body));
     add(box, el("h3", null, "Judge"), renderJudge(body));
+    if (body.agent) add(box, el("h3", null, "Agent (black box)"), renderAgent(body.agent));
     if (!compact) {
       add(box, el("h3", null, "Versions"), renderVersions(body));
       var extra = [];
@@ -480,6 +481,20 @@
       if (body.usage) Object.keys(body.usage).forEach(function (k) { if (k !== "per_turn") extra.push(["usage " + k, body.usage[k]]); });
       add(box, el("h3", null, "Timings and usage"), kv(extra));
     }
+    return box;
+  }
+
+  function renderAgent(agent) {
+    var box = add(el("div", "agent"), kv([
+      ["command", agent.command], ["exit code", agent.exit_code === null ? "killed (time limit)" : agent.exit_code],
+      ["seconds", fmt(agent.seconds, 1)], ["model calls", agent.model_calls.length]
+    ]));
+    if (agent.model_calls.length) {
+      add(box, table(["#", "status", "latency ms", "finish", "the model said"], agent.model_calls.map(function (c, i) {
+        return [i + 1, c.status, fmt(c.latency_ms, 0), c.finish_reason, c.said];
+      }), [true, true, true, false, false]));
+    }
+    if (agent.stderr_tail) add(box, el("pre", "agent-output", agent.stderr_tail));
     return box;
   }
 

@@ -1,0 +1,72 @@
+"""An ASGI app under uvicorn on a background thread: how ``collect`` and the tests host the MCP
+server and the recording proxy next to their own work, and how ``serve`` runs in the foreground.
+
+Only loopback is the default: the server runs code for whoever reaches it, so binding another
+address is the user's explicit choice (``serve --host``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+
+
+class BackgroundServer:
+    """``start()`` returns once the socket listens (port 0: an ephemeral one, read back);
+    ``stop()`` lets requests in flight finish, then returns."""
+
+    def __init__(self, app: Any, host: str = LOOPBACK, port: int = 0, ws_max_size: int = 16 * 2**20):
+        import uvicorn
+
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level="critical", lifespan="on", ws_max_size=ws_max_size
+        )
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+        self.host = host
+        self.port = port
+
+    def start(self, timeout_s: float = 20.0) -> BackgroundServer:
+        self._thread = threading.Thread(target=self._server.run, name="serve-http", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the HTTP server on {self.host}:{self.port} did not start")
+            time.sleep(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run_foreground(app: Any, host: str, port: int, announce: Any, ws_max_size: int = 16 * 2**20) -> None:
+    """Serve until Ctrl-C (``deepanalyze-rl serve``); ``announce(url)`` is told where, once the
+    socket listens (port 0: the ephemeral port it got)."""
+    server = BackgroundServer(app, host, port, ws_max_size=ws_max_size).start()
+    announce(server.url)
+    try:
+        while server.alive:
+            time.sleep(0.2)
+    finally:
+        server.stop()

@@ -1,0 +1,155 @@
+"""The open episodes of one server: a cap on how many, a key per client session, and a reaper.
+
+Every transport (MCP over HTTP, the OpenEnv server, ``collect``) keeps its episodes here, so
+the session cap, the idle timeout and the clean-up on shutdown are one rule. A client that goes
+away without a word is found by the reaper (no call for ``idle_timeout_s``) and its episode is
+closed as unfinished; ``close_all`` at shutdown does the same for the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.serve.session import EpisodeSession, ServeError, ServeLimits
+
+log = logging.getLogger(__name__)
+
+
+class TaskBook:
+    """The tasks a server offers, by id (rows from ``core.tasks.load_task_files``)."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]]):
+        self.rows = {str(r.get("task_id")): r for r in rows}
+        if not self.rows:
+            raise ConfigError("no tasks to serve: the task files are empty")
+
+    def get(self, task_id: Any) -> dict[str, Any]:
+        if task_id is None or str(task_id) not in self.rows:
+            some = ", ".join(list(self.rows)[:3])
+            raise ServeError(
+                f"unknown task id {task_id!r} (this server has {len(self.rows)} tasks, e.g. {some})"
+            )
+        return self.rows[str(task_id)]
+
+
+class SessionHub:
+    """Open episodes by key. ``open`` refuses one past ``max_sessions``; a background thread
+    closes idle ones; ``close_all`` ends everything."""
+
+    def __init__(
+        self,
+        env_config: dict[str, Any],
+        limits: ServeLimits,
+    ):
+        limits.validate()
+        self.env_config = dict(env_config)
+        self.limits = limits
+        self.listeners: list[Callable[[Hashable, EpisodeSession], None]] = []  # told of every closed episode
+        self._sessions: dict[Hashable, EpisodeSession] = {}
+        self._opening = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._reaper = threading.Thread(target=self._reap_loop, name="serve-reaper", daemon=True)
+        self._reaper.start()
+
+    def running(self) -> int:
+        """Episodes still running (each holds a kernel worker); ended ones wait for their release."""
+        with self._lock:
+            return sum(1 for s in self._sessions.values() if s.ended is None) + self._opening
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    def open(
+        self, key: Hashable, row: dict[str, Any], *, episode_id: str | None = None, policy_id: str = "served"
+    ) -> EpisodeSession:
+        """Start an episode of ``row`` under ``key`` (a kernel starts: this blocks for a moment).
+        The session stays under its key after its episode ends, so the client's later calls are
+        told it ended, until :meth:`release` (the client left) or the reaper forgets it."""
+        with self._lock:
+            if key in self._sessions:
+                raise ServeError("this session already has an episode")
+            running = sum(1 for s in self._sessions.values() if s.ended is None) + self._opening
+            if running >= self.limits.max_sessions:
+                raise ServeError(
+                    f"too many open episodes: the limit is {self.limits.max_sessions} (--max-sessions); "
+                    "end one or try again later"
+                )
+            self._opening += 1
+        try:
+            session = EpisodeSession(self.env_config, row, self.limits, episode_id, policy_id)
+            try:
+                session.start()
+            except BaseException:
+                session.abandon("the episode could not start")
+                raise
+            with self._lock:
+                self._sessions[key] = session
+            return session
+        finally:
+            with self._lock:
+                self._opening -= 1
+
+    def find(self, episode_id: str) -> tuple[Hashable, EpisodeSession] | None:
+        """The session (and its key) playing ``episode_id``, if any."""
+        with self._lock:
+            for key, session in self._sessions.items():
+                if session.episode_id == episode_id:
+                    return key, session
+        return None
+
+    def get(self, key: Hashable) -> EpisodeSession | None:
+        with self._lock:
+            return self._sessions.get(key)
+
+    def release(self, key: Hashable, reason: str) -> EpisodeSession | None:
+        """Forget ``key``; an episode still running is closed as unfinished with ``reason``."""
+        with self._lock:
+            session = self._sessions.get(key)
+        if session is None:
+            return None
+        session.abandon(reason)  # recorded before the key goes: an empty hub means every record is out
+        with self._lock:
+            popped = self._sessions.pop(key, None)
+        if popped is not None:
+            self._closed(key, popped)
+        return popped
+
+    def _closed(self, key: Hashable, session: EpisodeSession) -> None:
+        for listener in self.listeners:
+            try:
+                listener(key, session)
+            except Exception:
+                log.exception("a listener of closed episodes failed")
+
+    def _reap_loop(self) -> None:
+        period = min(5.0, max(0.05, self.limits.idle_timeout_s / 4))
+        while not self._stop.wait(period):
+            self.reap()
+
+    def reap(self) -> int:
+        """Release every session idle past the timeout (a running episode is closed as unfinished;
+        an ended one is forgotten); returns how many."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [
+                k
+                for k, s in self._sessions.items()
+                if not s.busy and now - s.last_call > self.limits.idle_timeout_s
+            ]
+        for key in idle:
+            self.release(key, f"idle for more than {self.limits.idle_timeout_s:g} s (the client went away)")
+        return len(idle)
+
+    def close_all(self, reason: str = "the server stopped") -> None:
+        self._stop.set()
+        with self._lock:
+            keys = list(self._sessions)
+        for key in keys:
+            self.release(key, reason)

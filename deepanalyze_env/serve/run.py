@@ -1,0 +1,94 @@
+"""``deepanalyze-rl serve`` as a library call: which transport, which tasks, which limits.
+
+The command parses flags and calls :func:`serve`; tests and users' scripts can call the same
+function (or build the pieces themselves: :class:`SessionHub`, :class:`EpisodeServer`,
+:func:`openenv_server.openenv_app`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, get_args
+
+from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.serve.hub import SessionHub, TaskBook
+from deepanalyze_env.serve.session import ServeLimits
+
+log = logging.getLogger(__name__)
+
+Transport = Literal["stdio", "http", "openenv"]
+TRANSPORTS: tuple[str, ...] = get_args(Transport)
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """One ``serve`` run."""
+
+    transport: Transport
+    """``stdio``: one MCP episode over stdin/stdout; ``http``: MCP over streamable HTTP at
+    ``/mcp``, a session per episode; ``openenv``: OpenEnv's WebSocket protocol at ``/ws``."""
+    rows: list[dict[str, Any]]
+    """The tasks offered (dataset rows, from ``core.tasks.load_task_files``)."""
+    env_config: dict[str, Any]
+    """Every episode's env_config; ``action_format`` is always ``tools`` (the served tools)."""
+    task_id: str | None = None
+    """The task every session plays; stdio needs it, over HTTP a session may name its own."""
+    host: str = "127.0.0.1"
+    """Where HTTP transports listen; anything but loopback exposes code execution to that network."""
+    port: int = 8765
+    limits: ServeLimits = field(default_factory=ServeLimits)
+    announce: Callable[[str], None] = lambda url: None
+    """Told the URL once an HTTP transport listens (the command prints it)."""
+
+
+def check(settings: ServeSettings) -> TaskBook:
+    if settings.transport not in TRANSPORTS:
+        raise ConfigError(f"transport must be one of {', '.join(TRANSPORTS)}, got {settings.transport!r}")
+    try:
+        settings.limits.validate()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    book = TaskBook(settings.rows)
+    if settings.transport == "stdio" and settings.task_id is None:
+        raise ConfigError("--transport stdio serves exactly one episode: give --task-id")
+    if settings.task_id is not None and settings.task_id not in book.rows:
+        raise ConfigError(f"--task-id {settings.task_id!r} is not in the task files")
+    return book
+
+
+def serve(settings: ServeSettings) -> None:
+    """Run the server until its client leaves (stdio) or Ctrl-C (HTTP); every episode still
+    running then is closed and recorded as unfinished."""
+    book = check(settings)
+    limits = settings.limits
+    if settings.transport == "stdio":
+        limits = replace(limits, max_sessions=1)
+    hub = SessionHub(settings.env_config, limits)
+    default = book.rows[settings.task_id] if settings.task_id is not None else None
+    try:
+        if settings.transport == "openenv":
+            from deepanalyze_env.serve.http import run_foreground
+            from deepanalyze_env.serve.openenv_server import openenv_app
+
+            app = openenv_app(hub, book, default)
+            announce = settings.announce
+            run_foreground(
+                app, settings.host, settings.port, lambda url: announce(url + "/ws"), limits.max_request_bytes
+            )
+            return
+        import anyio
+
+        from deepanalyze_env.serve.mcp_server import EpisodeServer, http_app, run_stdio, task_from_query
+
+        episodes = EpisodeServer(hub, task_from_query(book, default))
+        if settings.transport == "stdio":
+            anyio.run(run_stdio, episodes)
+        else:
+            from deepanalyze_env.serve.http import run_foreground
+
+            app = http_app(episodes, host=settings.host)
+            run_foreground(app, settings.host, settings.port, lambda url: settings.announce(url + "/mcp"))
+    finally:
+        hub.close_all()

@@ -1,0 +1,130 @@
+"""Hostile MCP clients over HTTP: oversized payloads, abandoned sessions, a hundred sessions at
+once. Each gets a clear refusal, and when they are gone nothing is left: no kernel worker, no
+scratch folder, no open episode — and the server still serves."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import httpx
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.conftest import wait_gone
+from tests.serve.conftest import records_in, wait_for
+
+
+def workspaces_left() -> list[Path]:
+    scratch = Path(os.environ["DEEPANALYZE_SCRATCH"])
+    return [p for p in scratch.rglob("*") if p.is_dir() and p.name.count("-") >= 2]
+
+
+async def session_call(url: str, name: str, arguments: dict, *, delete: bool = True):
+    async with streamable_http_client(url, terminate_on_close=delete) as (r, w), ClientSession(r, w) as s:
+        await s.initialize()
+        return await s.call_tool(name, arguments)
+
+
+def test_an_oversized_request_body_is_refused_unread(mcp_http):
+    server, hub = mcp_http(max_request_bytes=50_000)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"pad": "x" * 100_000}}
+    reply = httpx.post(
+        f"{server.url}/mcp?task_id=best-store",
+        json=body,
+        headers={"accept": "application/json, text/event-stream"},
+    )
+    assert reply.status_code == 413 and len(hub) == 0
+
+
+def test_an_oversized_tool_argument_is_refused_and_nothing_runs(mcp_http, tmp_path):
+    server, hub = mcp_http(max_payload_bytes=10_000)
+    result = anyio.run(
+        lambda: session_call(f"{server.url}/mcp?task_id=best-store", "run_python", {"code": "#" * 20_000})
+    )
+    assert result.is_error and "--max-payload-bytes" in result.content[0].text
+    wait_for(lambda: len(hub) == 0, 10, "the session released")
+    (record,) = records_in(tmp_path / "records")
+    assert record["turns"] == 0 and record["reward_status"] == "unfinished"
+
+
+def test_an_abandoned_session_is_reaped_after_the_idle_timeout(mcp_http, tmp_path):
+    server, hub = mcp_http(idle_timeout_s=0.5)
+
+    async def vanish():
+        result = await session_call(
+            f"{server.url}/mcp?task_id=best-store", "run_python", {"code": "print(1)"}, delete=False
+        )
+        (session,) = [s for s in hub._sessions.values()]
+        return result, session.env.kernel.pid
+
+    result, pid = anyio.run(vanish)
+    assert not result.is_error
+    wait_for(lambda: len(hub) == 0, 10, "the idle session reaped")
+    assert wait_gone(pid) and not workspaces_left()
+    (record,) = records_in(tmp_path / "records")
+    assert record["reward_status"] == "unfinished" and "idle" in record["error"]
+
+
+def test_a_request_without_a_session_is_told_to_use_the_handshake(mcp_http):
+    server, _ = mcp_http()
+    reply = httpx.post(
+        f"{server.url}/mcp?task_id=best-store",
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "run_python", "arguments": {"code": "print(1)"}},
+        },
+        headers={"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"},
+    )
+    assert reply.status_code in (400, 404) and len(reply.text) < 2000
+
+
+def test_a_hundred_sessions_at_once_get_served_or_refused_and_leave_nothing_behind(mcp_http, tmp_path):
+    server, hub = mcp_http(max_sessions=6)
+    outcomes: list[str] = []
+    pids: set[int] = set()
+
+    opened = hub.open
+
+    def open_and_note_worker(*args, **kwargs):
+        session = opened(*args, **kwargs)
+        pids.add(session.env.kernel.pid)
+        return session
+
+    hub.open = open_and_note_worker
+
+    async def one(i: int):
+        try:
+            result = await session_call(
+                f"{server.url}/mcp?task_id=best-store", "run_python", {"code": f"print({i})"}
+            )
+            outcomes.append("refused" if result.is_error else "mcp_http")
+            if result.is_error:
+                assert "--max-sessions" in result.content[0].text
+        except Exception as exc:  # the SDK's own session cap answers initialize with 503
+            outcomes.append(
+                "rejected" if "503" in repr(exc) or "Too many" in repr(exc) else f"other: {exc!r}"
+            )
+
+    async def storm():
+        async with anyio.create_task_group() as tg:
+            for i in range(100):
+                tg.start_soon(one, i)
+
+    anyio.run(storm)
+    assert len(outcomes) == 100 and not [o for o in outcomes if o.startswith("other")], outcomes
+    assert outcomes.count("mcp_http") >= 1
+    wait_for(lambda: len(hub) == 0, 30, "every session released")
+    assert pids and all(wait_gone(pid) for pid in pids)
+    assert not workspaces_left()
+    records = records_in(tmp_path / "records")
+    assert len(records) == outcomes.count("mcp_http")
+    assert all(r["reward_status"] == "unfinished" for r in records)
+    # and the server still plays a whole episode
+    final = anyio.run(
+        lambda: session_call(f"{server.url}/mcp?task_id=best-store", "submit_answer", {"answer": "B"})
+    )
+    assert final.structured_content["reward"] == 1.0

@@ -1,0 +1,128 @@
+"""The env behind OpenEnv's conventions, driven by OpenEnv's own ``EnvClient`` (WebSocket)."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepanalyze_env.serve.hub import TaskBook
+from deepanalyze_env.serve.openenv_client import DeepAnalyzeEnvClient
+from deepanalyze_env.serve.openenv_server import DeepAnalyzeAction, openenv_app
+from tests.serve.conftest import CODE, in_process, records_in, wait_for
+
+
+@pytest.fixture
+def served(make_hub, start_server, rows):
+    def start(**limits):
+        hub = make_hub(**limits)
+        return start_server(openenv_app(hub, TaskBook(rows))), hub
+
+    return start
+
+
+def test_an_openenv_client_plays_an_episode_scored_as_in_process(served, rows, workspace_root, tmp_path):
+    server, _ = served()
+    calls = [("run_python", {"code": CODE}), ("submit_answer", {"answer": "B"})]
+    expected = in_process(rows[0], workspace_root, calls)
+    with DeepAnalyzeEnvClient(base_url=server.url).sync() as env:
+        first = env.reset(task_id="best-store")
+        assert (
+            "highest total revenue" in first.observation.text
+            and first.observation.files[0]["name"] == "sales.csv"
+        )
+        cell = env.step(DeepAnalyzeAction(tool=calls[0][0], arguments=calls[0][1]))
+        assert (cell.done, cell.reward, cell.observation.text.strip(), cell.observation.code_pass) == (
+            False,
+            None,
+            "B",
+            1,
+        )
+        assert env.state().step_count == 1 and env.state().task_id == "best-store"
+        end = env.step(DeepAnalyzeAction(tool=calls[1][0], arguments=calls[1][1]))
+    assert end.done and end.reward == expected["reward"] == 1.0
+    assert end.observation.reward_components == expected["reward_components"]
+    assert end.observation.reward_status == "scored" and end.observation.termination == "answer"
+    (record,) = records_in(tmp_path / "records")
+    assert record["versions"]["policy_id"] == "served:openenv" and record["reward"] == 1.0
+
+
+def test_a_disconnect_mid_episode_records_it_unfinished(served, tmp_path):
+    server, hub = served()
+    with DeepAnalyzeEnvClient(base_url=server.url).sync() as env:
+        env.reset(task_id="row-count")
+        env.step(DeepAnalyzeAction(tool="run_python", arguments={"code": "print(1)"}))
+    wait_for(lambda: len(hub) == 0, 10, "the episode closed")
+    (record,) = records_in(tmp_path / "records")
+    assert record["reward_status"] == "unfinished" and "disconnected" in record["error"]
+
+
+def test_a_second_reset_closes_the_running_episode_and_starts_another(served, tmp_path):
+    server, _ = served()
+    with DeepAnalyzeEnvClient(base_url=server.url).sync() as env:
+        env.reset(task_id="row-count")
+        env.step(DeepAnalyzeAction(tool="run_python", arguments={"code": "print(1)"}))
+        env.reset(task_id="best-store")
+        end = env.step(DeepAnalyzeAction(tool="submit_answer", arguments={"answer": "B"}))
+    assert end.reward == 1.0
+    statuses = sorted((r["task_id"], r["reward_status"]) for r in records_in(tmp_path / "records"))
+    assert statuses == [("best-store", "scored"), ("row-count", "unfinished")]
+
+
+def test_refusals_come_back_as_errors_and_keep_the_session(served):
+    server, _ = served(max_payload_bytes=1000)
+    with DeepAnalyzeEnvClient(base_url=server.url).sync() as env:
+        with pytest.raises(RuntimeError, match="unknown task id 'nope'"):
+            env.reset(task_id="nope")
+        env.reset(task_id="best-store")
+        with pytest.raises(RuntimeError, match="max-payload-bytes"):
+            env.step(DeepAnalyzeAction(tool="run_python", arguments={"code": "#" * 5000}))
+        bad = env.step(DeepAnalyzeAction(tool="delete_files", arguments={}))
+        assert bad.observation.is_error and "unknown_tool" in bad.observation.text
+        end = env.step(DeepAnalyzeAction(tool="submit_answer", arguments={"answer": "B"}))
+    assert end.observation.format_ok is False and end.reward == -1.0  # the invalid call failed the gate
+
+
+def test_the_serve_command_says_where_it_listens_and_ctrl_c_records_what_was_running(
+    task_file, workspace_root, tmp_path
+):
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bin_ = Path(sys.executable).parent / "deepanalyze-rl"
+    proc = subprocess.Popen(
+        [
+            str(bin_),
+            "serve",
+            "--transport",
+            "openenv",
+            "--port",
+            "0",
+            "--tasks",
+            str(task_file),
+            "--workspace-root",
+            str(workspace_root),
+            "--records",
+            str(tmp_path / "rec"),
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    try:
+        line = proc.stderr.readline()
+        assert line.startswith("serving openenv at http://127.0.0.1:") and line.rstrip().endswith(
+            "/ws (Ctrl-C stops)"
+        )
+        base = line.split(" at ", 1)[1].split("/ws", 1)[0]
+        with DeepAnalyzeEnvClient(base_url=base).sync() as env:
+            env.reset(task_id="best-store")
+            env.step(DeepAnalyzeAction(tool="run_python", arguments={"code": "print(1)"}))
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    (record,) = records_in(tmp_path / "rec")
+    assert record["reward_status"] == "unfinished" and record["turns"] == 1

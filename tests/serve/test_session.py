@@ -1,0 +1,119 @@
+"""A served episode (``serve.session`` / ``serve.hub``): the env's own scoring, the limits, and
+episodes closed for a client that left — with real kernels and workspaces."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepanalyze_env.serve.hub import TaskBook
+from deepanalyze_env.serve.session import ServeError
+from tests.conftest import wait_gone
+from tests.serve.conftest import CODE, in_process, records_in, wait_for
+
+
+@pytest.fixture
+def hub(make_hub):
+    return make_hub
+
+
+def test_a_served_episode_scores_exactly_as_the_same_calls_in_process(hub, rows, workspace_root, tmp_path):
+    calls = [("run_python", {"code": CODE}), ("submit_answer", {"answer": "B"})]
+    expected = in_process(rows[0], workspace_root, calls)
+    session = hub().open("k", rows[0])
+    first = session.call(*calls[0])
+    assert (first.done, first.text.strip(), first.data["status"], first.data["code_pass"]) == (
+        False,
+        "B",
+        "ok",
+        1,
+    )
+    final = session.call(*calls[1])
+    assert final.done and final.data["reward"] == expected["reward"] == 1.0
+    assert final.data["reward_components"] == expected["reward_components"]
+    (record,) = records_in(tmp_path / "records")
+    assert record["reward"] == 1.0 and record["reward_status"] == "scored" and record["code_pass"] == [1]
+    assert record["versions"]["policy_id"] == "served"
+    assert record["episode_id"] == session.episode_id
+
+
+def test_the_prompt_holds_the_tools_system_prompt_and_the_task_with_its_files(hub, rows):
+    session = hub().open("k", rows[0])
+    text = session.prompt_text()
+    assert "submit_answer" in text and "highest total revenue" in text and "sales.csv" in text
+    assert session.files() == [{"name": "sales.csv", "size": "0.0KB"}]
+
+
+def test_an_invalid_call_is_played_as_the_policys_failure_and_fails_the_tools_gate(hub, rows, tmp_path):
+    session = hub().open("k", rows[0])
+    bad = session.call("run_python", {"source": "print(1)"})
+    assert bad.is_error and not bad.done and "bad_arguments" in bad.text
+    final = session.call("submit_answer", {"answer": "B"})
+    assert final.data["format_ok"] is False and final.data["gate"] == "tools"
+    (record,) = records_in(tmp_path / "records")
+    assert record["gate"] == "tools" and record["turns"] == 2
+
+
+def test_an_oversized_argument_is_refused_before_anything_runs(hub, rows):
+    session = hub(max_payload_bytes=1000).open("k", rows[0])
+    with pytest.raises(ServeError, match="max-payload-bytes"):
+        session.call("run_python", {"code": "print(1)\n" + "#" * 2000})
+    assert session.env.turns == 0 and session.env.exec_log == []
+
+
+def test_the_call_past_the_limit_closes_the_episode_as_unfinished(hub, rows, tmp_path):
+    session = hub(max_calls=2).open("k", rows[0])
+    pid, scratch = session.env.kernel.pid, session.env.workspace.path
+    session.call("run_python", {"code": "print(1)"})
+    session.call("run_python", {"code": "print(2)"})
+    with pytest.raises(ServeError, match="--max-calls"):
+        session.call("run_python", {"code": "print(3)"})
+    with pytest.raises(ServeError, match="has ended"):
+        session.call("submit_answer", {"answer": "B"})
+    assert wait_gone(pid) and not scratch.exists()
+    (record,) = records_in(tmp_path / "records")
+    assert record["reward_status"] == "unfinished" and record["reward"] is None
+    assert "call limit" in record["error"] and record["turns"] == 2
+
+
+def test_a_released_running_episode_is_recorded_unfinished_with_the_reason(hub, rows, tmp_path):
+    h = hub()
+    session = h.open("k", rows[0])
+    session.call("run_python", {"code": "print(1)"})
+    pid = session.env.kernel.pid
+    h.release("k", "the client went away")
+    assert wait_gone(pid) and len(h) == 0
+    (record,) = records_in(tmp_path / "records")
+    assert (record["reward_status"], record["termination"], record["error"]) == (
+        "unfinished",
+        None,
+        "the client went away",
+    )
+
+
+def test_the_session_cap_refuses_one_more_and_ended_episodes_do_not_count(hub, rows):
+    h = hub(max_sessions=2)
+    first = h.open("a", rows[0])
+    h.open("b", rows[1])
+    with pytest.raises(ServeError, match="--max-sessions"):
+        h.open("c", rows[0])
+    first.call("submit_answer", {"answer": "B"})
+    assert h.running() == 1
+    h.open("c", rows[0])  # the ended episode's slot is free again
+
+
+def test_the_reaper_closes_an_idle_episode_but_not_one_whose_cell_is_running(hub, rows, tmp_path):
+    h = hub(idle_timeout_s=0.4)
+    idle = h.open("idle", rows[0])
+    busy = h.open("busy", rows[1])
+    pid = idle.env.kernel.pid
+    out = busy.call("run_python", {"code": "import time\ntime.sleep(1.2)\nprint('slept')"})
+    assert out.text.strip() == "slept"  # 1.2 s of cell time is not idleness
+    wait_for(lambda: h.get("idle") is None, 5, "the idle episode to be reaped")
+    assert wait_gone(pid)
+    assert idle.ended is not None and "idle" in idle.ended
+    assert busy.ended is None  # its idle clock started when the call returned
+
+
+def test_an_unknown_task_id_names_some_known_ones(rows):
+    with pytest.raises(ServeError, match="best-store"):
+        TaskBook(rows).get("nope")
