@@ -36,7 +36,7 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -359,7 +359,10 @@ def collect(
     pending = set(run.pending([job.episode_id for job in jobs]))
     left = [job for job in jobs if job.episode_id in pending]
     results: list[EpisodeOutcome] = []
-    collector = Collector(spec, env_config, run.records_dir, limits or ServeLimits())
+    limits = limits or ServeLimits()
+    if limits.max_sessions < concurrency:  # each running agent holds one episode
+        limits = replace(limits, max_sessions=concurrency)
+    collector = Collector(spec, env_config, run.records_dir, limits)
     try:
         with progress_bar("collect", total=len(jobs), console=console, completed=len(jobs) - len(left)) as (
             progress,

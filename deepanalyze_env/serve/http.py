@@ -60,13 +60,25 @@ class BackgroundServer:
         self.stop()
 
 
-def run_foreground(app: Any, host: str, port: int, announce: Any, ws_max_size: int = 16 * 2**20) -> None:
-    """Serve until Ctrl-C (``deepanalyze-rl serve``); ``announce(url)`` is told where, once the
-    socket listens (port 0: the ephemeral port it got)."""
+def run_foreground(
+    app: Any,
+    host: str,
+    port: int,
+    announce: Any,
+    ws_max_size: int = 16 * 2**20,
+    on_interrupt: Any = None,
+) -> None:
+    """Serve until Ctrl-C or SIGTERM (``deepanalyze-rl serve``); ``announce(url)`` is told where,
+    once the socket listens (port 0: the ephemeral port it got); ``on_interrupt()`` runs before
+    the server stops (which waits for requests in flight)."""
     server = BackgroundServer(app, host, port, ws_max_size=ws_max_size).start()
     announce(server.url)
     try:
         while server.alive:
             time.sleep(0.2)
+    except KeyboardInterrupt:
+        if on_interrupt is not None:
+            on_interrupt()
+        raise
     finally:
         server.stop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -18,6 +19,8 @@ from deepanalyze_env.core.config import ConfigError
 from deepanalyze_env.serve.session import EpisodeSession, ServeError, ServeLimits
 
 log = logging.getLogger(__name__)
+
+MAX_GONE = 100_000  # released keys remembered (a key the server minted, reused, is refused)
 
 
 class TaskBook:
@@ -51,7 +54,8 @@ class SessionHub:
         self.limits = limits
         self.listeners: list[Callable[[Hashable, EpisodeSession], None]] = []  # told of every closed episode
         self._sessions: dict[Hashable, EpisodeSession] = {}
-        self._opening = 0
+        self._opening: dict[Hashable, str | None] = {}  # key -> why it was released while starting
+        self._gone: OrderedDict[Hashable, str] = OrderedDict()  # released keys: never reopened
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap_loop, name="serve-reaper", daemon=True)
@@ -60,7 +64,7 @@ class SessionHub:
     def running(self) -> int:
         """Episodes still running (each holds a kernel worker); ended ones wait for their release."""
         with self._lock:
-            return sum(1 for s in self._sessions.values() if s.ended is None) + self._opening
+            return sum(1 for s in self._sessions.values() if s.ended is None) + len(self._opening)
 
     def __len__(self) -> int:
         with self._lock:
@@ -71,30 +75,35 @@ class SessionHub:
     ) -> EpisodeSession:
         """Start an episode of ``row`` under ``key`` (a kernel starts: this blocks for a moment).
         The session stays under its key after its episode ends, so the client's later calls are
-        told it ended, until :meth:`release` (the client left) or the reaper forgets it."""
+        told it ended, until :meth:`release` (the client left) or the reaper forgets it; a key
+        once released is never given another episode (one session, one episode)."""
         with self._lock:
-            if key in self._sessions:
+            if key in self._gone:
+                raise ServeError(f"this session's episode has ended ({self._gone[key]}); open a new session")
+            if key in self._sessions or key in self._opening:
                 raise ServeError("this session already has an episode")
-            running = sum(1 for s in self._sessions.values() if s.ended is None) + self._opening
+            running = sum(1 for s in self._sessions.values() if s.ended is None) + len(self._opening)
             if running >= self.limits.max_sessions:
                 raise ServeError(
                     f"too many open episodes: the limit is {self.limits.max_sessions} (--max-sessions); "
                     "end one or try again later"
                 )
-            self._opening += 1
+            self._opening[key] = None
+        session = EpisodeSession(self.env_config, row, self.limits, episode_id, policy_id)
         try:
-            session = EpisodeSession(self.env_config, row, self.limits, episode_id, policy_id)
-            try:
-                session.start()
-            except BaseException:
-                session.abandon("the episode could not start")
-                raise
+            session.start()
+        except BaseException:
             with self._lock:
+                self._opening.pop(key, None)
+            session.abandon("the episode could not start")
+            raise
+        with self._lock:
+            released = self._opening.pop(key, None)
+            if released is None:
                 self._sessions[key] = session
-            return session
-        finally:
-            with self._lock:
-                self._opening -= 1
+                return session
+        session.abandon(released)  # its client left while the kernel started
+        raise ServeError(f"the session ended while its episode was starting ({released})")
 
     def find(self, episode_id: str) -> tuple[Hashable, EpisodeSession] | None:
         """The session (and its key) playing ``episode_id``, if any."""
@@ -108,13 +117,27 @@ class SessionHub:
         with self._lock:
             return self._sessions.get(key)
 
-    def release(self, key: Hashable, reason: str) -> EpisodeSession | None:
-        """Forget ``key``; an episode still running is closed as unfinished with ``reason``."""
+    def gone(self, key: Hashable) -> str | None:
+        """Why ``key`` was released, if it was."""
         with self._lock:
+            return self._gone.get(key)
+
+    def release(self, key: Hashable, reason: str, *, wait: bool = True) -> EpisodeSession | None:
+        """Forget ``key``; an episode still running (or still starting) is closed as unfinished with
+        ``reason``. ``wait=False``: see :meth:`EpisodeSession.abandon`."""
+        with self._lock:
+            self._gone[key] = reason
+            while len(self._gone) > MAX_GONE:
+                self._gone.popitem(last=False)
+            if key in self._opening:
+                self._opening[key] = reason  # open() closes it when its start returns
+                return None
             session = self._sessions.get(key)
         if session is None:
             return None
-        session.abandon(reason)  # recorded before the key goes: an empty hub means every record is out
+        session.abandon(
+            reason, wait=wait
+        )  # recorded before the key goes: an empty hub means every record is out
         with self._lock:
             popped = self._sessions.pop(key, None)
         if popped is not None:
@@ -147,9 +170,9 @@ class SessionHub:
             self.release(key, f"idle for more than {self.limits.idle_timeout_s:g} s (the client went away)")
         return len(idle)
 
-    def close_all(self, reason: str = "the server stopped") -> None:
+    def close_all(self, reason: str = "the server stopped", *, wait: bool = True) -> None:
         self._stop.set()
         with self._lock:
-            keys = list(self._sessions)
+            keys = list(self._sessions) + list(self._opening)
         for key in keys:
-            self.release(key, reason)
+            self.release(key, reason, wait=wait)

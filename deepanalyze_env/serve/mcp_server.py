@@ -190,6 +190,7 @@ class EpisodeServer:
             _, session = await self._episode(ctx)
         except ServeError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        session.touch()
         mime, read = readers[uri]
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=uri, text=read(session), mime_type=mime)]
@@ -231,7 +232,9 @@ async def run_stdio(episodes: EpisodeServer) -> None:
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
     finally:
-        await anyio.to_thread.run_sync(episodes.hub.close_all, "the client closed the stdio connection")
+        # at once, not after a running cell: the client will not read its result, and an MCP
+        # client gives its server two seconds after closing stdin before SIGTERM and SIGKILL
+        episodes.hub.close_all("the client closed the stdio connection", wait=False)
 
 
 def http_app(episodes: EpisodeServer, *, host: str, extra_routes: list[Any] | None = None) -> Any:

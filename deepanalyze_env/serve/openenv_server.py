@@ -80,7 +80,9 @@ class ServedEnvironment(Environment[DeepAnalyzeAction, DeepAnalyzeObservation, D
         self.hub = hub
         self.book = book
         self.default = default
-        self.key = f"openenv-{next(_keys)}"
+        self.connection = f"openenv-{next(_keys)}"
+        self.key: str | None = None  # the hub key of the current episode (a new one per reset)
+        self.resets = 0
         self.session: EpisodeSession | None = None
 
     def reset(
@@ -90,16 +92,21 @@ class ServedEnvironment(Environment[DeepAnalyzeAction, DeepAnalyzeObservation, D
         task_id: str | None = None,
         **kwargs: Any,
     ) -> DeepAnalyzeObservation:
+        """Start an episode of ``task_id``. ``seed`` changes nothing (the task is the task) and a
+        client's ``episode_id`` is not used: record ids are the server's, so no client can name
+        (and overwrite) another episode."""
         if kwargs:
-            raise ServeError(
-                f"reset takes task_id (and seed, episode_id); unknown: {', '.join(sorted(kwargs))}"
-            )
+            unknown = ", ".join(sorted(kwargs))
+            raise ServeError(f"reset takes task_id (and seed, episode_id); unknown: {unknown}")
         if task_id is None and self.default is None:
             raise ServeError("reset needs task_id=ID (this server has no --task-id)")
         row = self.book.get(task_id) if task_id is not None else self.default
-        self.hub.release(self.key, "the client reset the environment before submit_answer")
+        if self.key is not None:
+            self.hub.release(self.key, "the client reset the environment before submit_answer")
+        self.resets += 1
+        self.key = f"{self.connection}-{self.resets}"
         try:
-            self.session = self.hub.open(self.key, row, episode_id=episode_id, policy_id="served:openenv")
+            self.session = self.hub.open(self.key, row, policy_id="served:openenv")
         except ConfigError as exc:
             raise ServeError(f"the episode could not start: {exc}") from None
         return DeepAnalyzeObservation(
@@ -148,7 +155,8 @@ class ServedEnvironment(Environment[DeepAnalyzeAction, DeepAnalyzeObservation, D
         )
 
     def close(self) -> None:
-        self.hub.release(self.key, "the OpenEnv client disconnected before submit_answer")
+        if self.key is not None:
+            self.hub.release(self.key, "the OpenEnv client disconnected before submit_answer")
         self.session = None
 
 

@@ -192,9 +192,17 @@ class StreamMerge:
         self.usage: Any = None
         self.model: str | None = None
         self.id: str | None = None
+        self.size = 0
+        self.truncated = False
 
     def feed(self, line: str) -> None:
+        """Add one line of the stream (everything is relayed; past ``MAX_RECORDED_CHARS`` of
+        recorded content the rest is counted, not kept)."""
         if not line.startswith("data:"):
+            return
+        self.size += len(line)
+        if self.size > MAX_RECORDED_CHARS:
+            self.truncated = True
             return
         data = line[5:].strip()
         if not data or data == "[DONE]":
@@ -230,13 +238,16 @@ class StreamMerge:
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": self.finish_reason}
         if self.logprobs:
             choice["logprobs"] = {"content": self.logprobs}
-        return {
+        merged: dict[str, Any] = {
             "id": self.id,
             "model": self.model,
             "choices": [choice],
             "usage": self.usage,
             "streamed": True,
         }
+        if self.truncated:
+            merged["truncated"] = True  # the stream outgrew what a trace keeps
+        return merged
 
 
 async def _read_bounded(request: Request, limit: int) -> bytes | None:

@@ -8,6 +8,8 @@ function (or build the pieces themselves: :class:`SessionHub`, :class:`EpisodeSe
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
@@ -67,28 +69,66 @@ def serve(settings: ServeSettings) -> None:
         limits = replace(limits, max_sessions=1)
     hub = SessionHub(settings.env_config, limits)
     default = book.rows[settings.task_id] if settings.task_id is not None else None
+    previous = _stop_on_sigterm()
     try:
-        if settings.transport == "openenv":
-            from deepanalyze_env.serve.http import run_foreground
-            from deepanalyze_env.serve.openenv_server import openenv_app
-
-            app = openenv_app(hub, book, default)
-            announce = settings.announce
-            run_foreground(
-                app, settings.host, settings.port, lambda url: announce(url + "/ws"), limits.max_request_bytes
-            )
-            return
-        import anyio
-
-        from deepanalyze_env.serve.mcp_server import EpisodeServer, http_app, run_stdio, task_from_query
-
-        episodes = EpisodeServer(hub, task_from_query(book, default))
-        if settings.transport == "stdio":
-            anyio.run(run_stdio, episodes)
-        else:
-            from deepanalyze_env.serve.http import run_foreground
-
-            app = http_app(episodes, host=settings.host)
-            run_foreground(app, settings.host, settings.port, lambda url: settings.announce(url + "/mcp"))
+        _run_transport(settings, hub, book, default)
+    except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM (an MCP client stopping its stdio server gives it two seconds):
+        # record what is running as it stands and remove its scratch, without waiting for cells
+        hub.close_all("the server was stopped", wait=False)
+        raise
     finally:
         hub.close_all()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_on_sigterm() -> Any:
+    """SIGTERM stops the server as Ctrl-C does (so its ``finally`` runs); the old handler, or None
+    off the main thread (where no handler can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _run_transport(
+    settings: ServeSettings, hub: SessionHub, book: TaskBook, default: dict[str, Any] | None
+) -> None:
+    limits = hub.limits
+
+    def stop() -> None:  # Ctrl-C / SIGTERM: record what runs and remove its scratch before the server stops
+        hub.close_all("the server was stopped", wait=False)
+
+    if settings.transport == "openenv":
+        from deepanalyze_env.serve.http import run_foreground
+        from deepanalyze_env.serve.openenv_server import openenv_app
+
+        app = openenv_app(hub, book, default)
+        announce = settings.announce
+        run_foreground(
+            app, settings.host, settings.port, lambda url: announce(url + "/ws"), limits.max_request_bytes
+        )
+        return
+    import anyio
+
+    from deepanalyze_env.serve.mcp_server import EpisodeServer, http_app, run_stdio, task_from_query
+
+    episodes = EpisodeServer(hub, task_from_query(book, default))
+    if settings.transport == "stdio":
+        anyio.run(run_stdio, episodes)
+        return
+    from deepanalyze_env.serve.http import run_foreground
+
+    app = http_app(episodes, host=settings.host)
+    run_foreground(
+        app,
+        settings.host,
+        settings.port,
+        lambda url: settings.announce(url + "/mcp"),
+        limits.max_request_bytes,
+        stop,
+    )

@@ -28,6 +28,7 @@ from typing import Any
 
 from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.env import DeepAnalyzeEnv
+from deepanalyze_env.core.records import RecordWriter, build_record
 from deepanalyze_env.core.tasks import env_extras, format_size
 from deepanalyze_env.core.tool_calls import ParsedTurn, ToolCall
 
@@ -150,8 +151,14 @@ class EpisodeSession:
     def call(self, name: Any, arguments: Any) -> CallResult:
         """One tool call as one policy turn. Raises :class:`ServeError` for a refused call (limit,
         ended episode); an invalid call is played (the env records why) and comes back with
-        ``is_error``."""
-        with self._lock:
+        ``is_error``. A call while another of the same episode runs is refused at once: one
+        turn at a time, and a client cannot pile up waiting calls (each would hold a server
+        thread that other clients' calls need)."""
+        if not self._lock.acquire(blocking=False):
+            raise ServeError(
+                "a call of this episode is still running: wait for its result (one call at a time)"
+            )
+        try:
             if self.ended is not None:
                 raise ServeError(
                     f"this episode has ended ({self.ended}); start another (a new session, or reset)"
@@ -181,8 +188,14 @@ class EpisodeSession:
                 return self._result(turn, self.env.act(turn))
             finally:
                 self.last_call = time.monotonic()  # the idle clock starts when the call returns
+        finally:
+            self._lock.release()
 
     def _result(self, turn: ParsedTurn, out: Any) -> CallResult:
+        if self.ended is not None:  # the server was stopped while this call ran: recorded as it stood
+            assert self.env is not None
+            self.env.close(record=False)
+            raise ServeError(f"this episode has ended ({self.ended})")
         if not out["done"]:
             content = str(out["observations"][0]["content"]) if out["observations"] else ""
             meta = out["metadata"]
@@ -204,10 +217,36 @@ class EpisodeSession:
         self.env.close()  # the record is written now; the worker and scratch go
         return CallResult(final_text(self.final), dict(self.final), done=True, is_error=turn.call is None)
 
-    def abandon(self, reason: str) -> bool:
-        """Close an episode its client left, recorded as unfinished; False if it was already over."""
-        with self._lock:
-            return self._abandon_locked(reason)
+    def touch(self) -> None:
+        """The client is still here (it read a resource): the idle clock starts again."""
+        self.last_call = time.monotonic()
+
+    def abandon(self, reason: str, *, wait: bool = True) -> bool:
+        """Close an episode its client left, recorded as unfinished; False if it was already over.
+        ``wait=False`` (the server is being stopped by a signal and has seconds to live): an
+        episode whose cell is still running is recorded as it stands and its scratch folder
+        removed at once; its worker goes with the server (the fork server ends its workers when
+        its parent dies)."""
+        if self._lock.acquire(blocking=wait):
+            try:
+                return self._abandon_locked(reason)
+            finally:
+                self._lock.release()
+        return self._abandon_now(reason)
+
+    def _abandon_now(self, reason: str) -> bool:
+        env = self.env
+        if self.ended is not None or env is None:
+            return False
+        self.ended = reason
+        env.unfinished_reason = reason
+        try:
+            if env.config.records_dir:
+                RecordWriter.for_dir(env.config.records_dir).append(build_record(env.result()))
+        finally:
+            if env.workspace is not None:
+                env.workspace.remove()
+        return True
 
     def _abandon_locked(self, reason: str) -> bool:
         if self.ended is not None:

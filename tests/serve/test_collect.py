@@ -17,6 +17,7 @@ from deepanalyze_env.offline.rundir import RunDir
 from deepanalyze_env.serve.collect import AgentSpec, collect
 from deepanalyze_env.serve.http import BackgroundServer
 from deepanalyze_env.serve.proxy import RecordingProxy, Upstream
+from deepanalyze_env.serve.session import ServeLimits
 from tests.serve.conftest import CODE, in_process, wait_for
 from tests.serve.fake_openai import FakeToolModel
 from tests.test_view import Watched, open_episode
@@ -34,7 +35,15 @@ SCRIPTS = {
 
 
 def run_collect(
-    spec, rows, workspace_root, out: Path, *, resume: bool = False, samples: int = 1, concurrency: int = 1
+    spec,
+    rows,
+    workspace_root,
+    out: Path,
+    *,
+    resume: bool = False,
+    samples: int = 1,
+    concurrency: int = 1,
+    limits: ServeLimits | None = None,
 ):
     settings = {
         "kind": "collect",
@@ -48,7 +57,13 @@ def run_collect(
     }
     run = RunDir.open(out, settings, resume=resume)
     return collect(
-        spec, rows, {"workspace_root": str(workspace_root)}, run, samples=samples, concurrency=concurrency
+        spec,
+        rows,
+        {"workspace_root": str(workspace_root)},
+        run,
+        samples=samples,
+        concurrency=concurrency,
+        limits=limits,
     )
 
 
@@ -346,3 +361,34 @@ def test_sft_selects_collected_episodes_as_tool_call_records(cli_run):
         assert is_tools_record(record)
         calls = [m["tool_calls"][0]["function"]["name"] for m in record["messages"] if m.get("tool_calls")]
         assert calls == ["run_python", "submit_answer"]
+
+
+def test_concurrent_agents_each_get_an_episode_even_under_a_lower_session_cap(rows, workspace_root, tmp_path):
+    with FakeToolModel(SCRIPTS) as model:
+        spec = AgentSpec(OPENAI_AGENT, 60, Upstream(model.url, "k"))
+        outcome = run_collect(
+            spec,
+            rows,
+            workspace_root,
+            tmp_path / "run",
+            samples=2,
+            concurrency=4,
+            limits=ServeLimits(max_sessions=1),
+        )
+    assert not outcome.failed
+    recorded = episodes(tmp_path / "run")
+    assert len(recorded) == 4 and all(r["reward"] == 1.0 for r in recorded)
+    assert len({r["episode_id"] for r in recorded}) == 4
+
+
+def test_a_stream_merge_keeps_a_bounded_trace_of_a_huge_stream():
+    from deepanalyze_env.serve.proxy import MAX_RECORDED_CHARS, StreamMerge
+
+    merge = StreamMerge()
+    chunk = json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 10_000}}]})
+    for _ in range(MAX_RECORDED_CHARS // 10_000 + 50):
+        merge.feed(f"data: {chunk}")
+    response = merge.response()
+    kept = len(response["choices"][0]["message"]["content"])
+    lines_kept = MAX_RECORDED_CHARS // len(f"data: {chunk}")  # the cap counts the stream's lines
+    assert response["truncated"] is True and kept == lines_kept * 10_000

@@ -4,6 +4,7 @@ scratch folder, no open episode — and the server still serves."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import httpx
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from deepanalyze_env.serve.mcp_server import PROMPT_URI, STATE_URI
 from tests.conftest import wait_gone
 from tests.serve.conftest import records_in, wait_for
 
@@ -128,3 +130,67 @@ def test_a_hundred_sessions_at_once_get_served_or_refused_and_leave_nothing_behi
         lambda: session_call(f"{server.url}/mcp?task_id=best-store", "submit_answer", {"answer": "B"})
     )
     assert final.structured_content["reward"] == 1.0
+
+
+def test_a_client_piling_up_calls_is_refused_and_does_not_hold_up_another_client(mcp_http):
+    server, _ = mcp_http()
+    order: list[str] = []
+    refused: list[bool] = []
+
+    async def pile():
+        async with (
+            streamable_http_client(f"{server.url}/mcp?task_id=best-store") as (r, w),
+            ClientSession(r, w) as s,
+        ):
+            await s.initialize()
+
+            async def one():
+                result = await s.call_tool(
+                    "run_python", {"code": "import time\ntime.sleep(3)\nprint('slept')"}
+                )
+                refused.append(result.is_error and "one call at a time" in result.content[0].text)
+                if not result.is_error:
+                    order.append("pile")
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(45):
+                    tg.start_soon(one)
+
+    async def other():
+        await anyio.sleep(0.5)  # the pile is in
+        result = await session_call(
+            f"{server.url}/mcp?task_id=row-count", "run_python", {"code": "print('other')"}
+        )
+        assert result.content[0].text.strip() == "other"
+        order.append("other")
+
+    async def both():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pile)
+            tg.start_soon(other)
+
+    anyio.run(both)
+    assert order == ["other", "pile"]  # the other client's call ended while the pile's one cell ran
+    assert refused.count(True) == 44 and refused.count(False) == 1
+
+
+def test_reading_resources_keeps_a_session_and_it_stays_one_episode(mcp_http):
+    server, _ = mcp_http(idle_timeout_s=0.6)
+
+    async def client():
+        async with (
+            streamable_http_client(f"{server.url}/mcp?task_id=best-store") as (r, w),
+            ClientSession(r, w) as s,
+        ):
+            await s.initialize()
+            await s.call_tool("run_python", {"code": "print(1)"})
+            first = json.loads((await s.read_resource(STATE_URI)).contents[0].text)
+            for _ in range(8):  # 1.6 s of reading, longer than the idle timeout
+                await anyio.sleep(0.2)
+                await s.read_resource(PROMPT_URI)
+            await s.call_tool("run_python", {"code": "print(2)"})
+            second = json.loads((await s.read_resource(STATE_URI)).contents[0].text)
+            return first, second
+
+    first, second = anyio.run(client)
+    assert second["episode_id"] == first["episode_id"] and second["turns"] == 2 and not second["done"]

@@ -187,3 +187,28 @@ def test_the_state_resource_reports_the_episode(mcp_http):
     assert (
         state["task_id"] == "row-count" and state["turns"] == 1 and state["calls"] == 1 and not state["done"]
     )
+
+
+def test_a_stdio_client_that_stops_the_server_mid_cell_leaves_a_record_and_no_scratch(
+    task_file, workspace_root, tmp_path
+):
+    """The SDK's client closes stdin, waits two seconds, then SIGTERMs the server's process group
+    (and SIGKILLs two seconds later): a 30-second cell cannot finish, so the server records the
+    episode as it stands and removes its scratch at once."""
+
+    async def client():
+        params = stdio_params(task_file, workspace_root, tmp_path / "rec")
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            with anyio.move_on_after(1.5):
+                await s.call_tool("run_python", {"code": "import time\ntime.sleep(30)"})
+
+    anyio.run(client)
+    wait_for(lambda: records_in(tmp_path / "rec"), 15, "the unfinished record")
+    (record,) = records_in(tmp_path / "rec")
+    assert (
+        record["reward_status"] == "unfinished"
+        and record["error"] == "the client closed the stdio connection"
+    )
+    scratch = Path(os.environ["DEEPANALYZE_SCRATCH"])
+    assert not [p for p in scratch.rglob("*") if p.is_dir() and p.name.count("-") >= 2]

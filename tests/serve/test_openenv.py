@@ -126,3 +126,13 @@ def test_the_serve_command_says_where_it_listens_and_ctrl_c_records_what_was_run
         proc.kill()
     (record,) = records_in(tmp_path / "rec")
     assert record["reward_status"] == "unfinished" and record["turns"] == 1
+
+
+def test_a_client_cannot_name_the_episode_id_of_a_record(served, tmp_path):
+    server, _ = served()
+    with DeepAnalyzeEnvClient(base_url=server.url).sync() as env:
+        env.reset(task_id="best-store", episode_id="victim-episode")
+        assert env.state().episode_id != "victim-episode"
+        env.step(DeepAnalyzeAction(tool="submit_answer", arguments={"answer": "B"}))
+    (record,) = records_in(tmp_path / "records")
+    assert record["episode_id"] != "victim-episode" and len(record["episode_id"]) == 32

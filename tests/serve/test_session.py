@@ -117,3 +117,94 @@ def test_the_reaper_closes_an_idle_episode_but_not_one_whose_cell_is_running(hub
 def test_an_unknown_task_id_names_some_known_ones(rows):
     with pytest.raises(ServeError, match="best-store"):
         TaskBook(rows).get("nope")
+
+
+def test_a_call_while_another_of_the_episode_runs_is_refused_at_once(hub, rows):
+    import threading
+    import time as clock
+
+    session = hub().open("k", rows[0])
+    first = threading.Thread(
+        target=session.call, args=("run_python", {"code": "import time\ntime.sleep(1.5)"})
+    )
+    first.start()
+    wait_for(lambda: session.busy, 5, "the first call to run")
+    start = clock.monotonic()
+    with pytest.raises(ServeError, match="one call at a time"):
+        session.call("run_python", {"code": "print(2)"})
+    refused_after = clock.monotonic() - start
+    first.join()
+    assert refused_after < 0.5 and session.calls == 1  # not queued behind the running cell, not counted
+
+
+def test_a_session_released_while_its_kernel_starts_is_closed_when_the_start_returns(
+    hub, rows, tmp_path, monkeypatch
+):
+    import threading
+
+    from deepanalyze_env.serve.session import EpisodeSession
+
+    started, released = threading.Event(), threading.Event()
+    original = EpisodeSession.start
+
+    def slow_start(self):  # the release lands while the kernel starts
+        started.set()
+        released.wait(5)
+        original(self)
+
+    monkeypatch.setattr(EpisodeSession, "start", slow_start)
+    h = hub()
+    errors = []
+    opener = threading.Thread(target=lambda: errors.append(_open_or_error(h, "k", rows[0])))
+    opener.start()
+    started.wait(5)
+    h.release("k", "the client ended the session")  # while start() runs
+    released.set()
+    opener.join()
+    assert len(errors) == 1 and "while its episode was starting" in errors[0]
+    assert len(h) == 0 and h.running() == 0
+    (record,) = records_in(tmp_path / "records")
+    assert record["reward_status"] == "unfinished" and record["error"] == "the client ended the session"
+
+
+def _open_or_error(h, key, row) -> str:
+    try:
+        h.open(key, row)
+    except ServeError as exc:
+        return str(exc)
+    return "opened"
+
+
+def test_a_released_key_never_gets_another_episode(hub, rows):
+    h = hub()
+    h.open("k", rows[0]).call("submit_answer", {"answer": "B"})
+    h.release("k", "the client ended the session")
+    with pytest.raises(ServeError, match="episode has ended"):
+        h.open("k", rows[0])
+
+
+def test_stopping_with_a_cell_running_records_it_and_removes_its_scratch_at_once(hub, rows, tmp_path):
+    import threading
+    import time as clock
+
+    h = hub()
+    session = h.open("k", rows[0])
+    scratch = session.env.workspace.path
+    cell = threading.Thread(target=_call_quietly, args=(session, "import time\ntime.sleep(3)"))
+    cell.start()
+    wait_for(lambda: session.busy, 5, "the cell to run")
+    start = clock.monotonic()
+    h.close_all("the server was stopped", wait=False)
+    took = clock.monotonic() - start
+    assert took < 1.0 and not scratch.exists()
+    (record,) = records_in(tmp_path / "records")
+    assert record["reward_status"] == "unfinished" and record["error"] == "the server was stopped"
+    cell.join()
+    assert len(records_in(tmp_path / "records")) == 1  # the cell's end writes no second record
+
+
+def _call_quietly(session, code: str) -> None:
+    try:
+        session.call("run_python", {"code": code})
+    except ServeError:
+        pass
