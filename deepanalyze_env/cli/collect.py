@@ -28,17 +28,24 @@ def add_parser(sub: Any) -> None:
         "collect",
         "run an outside agent (MCP and/or an OpenAI-compatible model) on tasks; the env scores and records",
         "deepanalyze-rl collect --agent 'python examples/replay_agent.py' --tasks data/tasks/qa.jsonl "
-        "--out runs/collect-replay",
+        "--workspace-root data --judge-base-url URL --judge-model NAME --out runs/collect-replay",
     )
     p.add_argument(
-        "--agent", required=True, metavar="CMD", help="the agent command line ({mcp_url} … placeholders)"
+        "--agent",
+        required=True,
+        metavar="CMD",
+        help="the agent command line, split as a shell would but run without one; {mcp_url}, "
+        "{openai_base_url}, {task_id}, {episode_id} are replaced per episode (also in its environment: "
+        "DEEPANALYZE_MCP_URL, DEEPANALYZE_TASK_ID, DEEPANALYZE_EPISODE_ID, OPENAI_BASE_URL/API_KEY/MODEL)",
     )
     p.add_argument(
         "--tasks", nargs="+", metavar="FILE", help="task files (JSONL); default: the shipped tasks"
     )
     p.add_argument("--out", required=True, metavar="DIR", help="run folder (records, episodes.jsonl, report)")
-    p.add_argument("--samples", type=int, default=1, metavar="N", help="episodes per task")
-    p.add_argument("--concurrency", type=int, default=1, metavar="N", help="agents running at once")
+    p.add_argument("--samples", type=int, default=1, metavar="N", help="episodes per task (default 1)")
+    p.add_argument(
+        "--concurrency", type=int, default=1, metavar="N", help="agents running at once (default 1)"
+    )
     p.add_argument("--resume", action="store_true", help="run what the folder has not recorded yet")
     p.add_argument("--run-id", metavar="ID", help="id of a new run (default: date and random suffix)")
     p.add_argument(
@@ -68,6 +75,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
     if args.samples < 1 or args.concurrency < 1 or args.agent_timeout <= 0:
         raise UsageError("--samples and --concurrency must be >= 1, --agent-timeout > 0")
+    check_agent_command(args.agent)
     keep = None
     if args.keep:
         try:
@@ -122,3 +130,21 @@ def cmd_collect(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def check_agent_command(command: str) -> None:
+    """The agent's program must exist before any episode is planned around it."""
+    import shlex
+    import shutil
+    from pathlib import Path
+
+    try:
+        parts = shlex.split(command)
+    except ValueError as exc:
+        raise UsageError(f"--agent: {exc}")
+    if not parts:
+        raise UsageError("--agent: the command is empty")
+    program = parts[0]
+    found = Path(program).is_file() if "/" in program else shutil.which(program) is not None
+    if not found:
+        raise UsageError(f"--agent: command not found: {program}")

@@ -23,16 +23,37 @@ def add_parser(sub: Any) -> None:
         sub,
         "serve",
         "serve episodes to outside clients: MCP (stdio, streamable HTTP) or OpenEnv",
-        "deepanalyze-rl serve --transport stdio --tasks data/tasks/qa.jsonl --task-id qa-retail-001",
+        "deepanalyze-rl serve --transport stdio --tasks data/tasks/qa.jsonl --task-id qa-retail-001 "
+        "--workspace-root data --judge-base-url URL --judge-model NAME --records runs/served",
     )
-    p.add_argument("--transport", choices=["stdio", "http", "openenv"], default="stdio")
+    p.add_argument(
+        "--transport",
+        choices=["stdio", "http", "openenv"],
+        default="stdio",
+        help="stdio (default): one MCP episode over stdin/stdout; http: MCP at /mcp, a session per "
+        "episode (/mcp?task_id=ID); openenv: OpenEnv's WebSocket protocol at /ws",
+    )
     p.add_argument(
         "--tasks", nargs="+", metavar="FILE", help="task files (JSONL); default: the shipped tasks"
     )
-    p.add_argument("--task-id", metavar="ID", help="the task every session plays (stdio: required)")
+    p.add_argument(
+        "--task-id",
+        metavar="ID",
+        help="the task every session plays (stdio: required); tasks whose reward plan needs a judge "
+        "need --judge-base-url and --judge-model",
+    )
     p.add_argument("--host", default="127.0.0.1", help="http/openenv: address to listen on (loopback)")
-    p.add_argument("--port", type=int, default=8765, help="http/openenv: port (8765)")
-    p.add_argument("--records", metavar="DIR", help="write every served episode's record here")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=8765,
+        help="http/openenv: port (default 8765; 0 takes any free one, printed at start)",
+    )
+    p.add_argument(
+        "--records",
+        metavar="DIR",
+        help="write every served episode's record here (default: none are written)",
+    )
     add_limit_flags(p)
     add_shared_flags(p)
     p.set_defaults(func=cmd_serve)

@@ -42,7 +42,7 @@ from typing import Any
 
 from deepanalyze_env.core.records import RecordWriter, build_record
 from deepanalyze_env.offline.rollout import EpisodeJob, EpisodeOutcome
-from deepanalyze_env.serve.hub import SessionHub
+from deepanalyze_env.serve.hub import SessionHub, check_servable
 from deepanalyze_env.serve.mcp_server import Assignment, EpisodeServer, http_app
 from deepanalyze_env.serve.proxy import RecordingProxy, Upstream
 from deepanalyze_env.serve.session import EpisodeSession, ServeError, ServeLimits
@@ -353,6 +353,7 @@ def collect(
     from deepanalyze_env.offline.rollout import plan_jobs
     from deepanalyze_env.offline.runner import progress_info
 
+    check_servable(rows, env_config)
     jobs = plan_jobs(rows, run.run_id, samples)
     run.write_plan(jobs)
     write_json(run.path / TASKS_FILE, task_meta(rows))

@@ -7,6 +7,7 @@ address is the user's explicit choice (``serve --host``).
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from typing import Any
@@ -71,6 +72,7 @@ def run_foreground(
     """Serve until Ctrl-C or SIGTERM (``deepanalyze-rl serve``); ``announce(url)`` is told where,
     once the socket listens (port 0: the ephemeral port it got); ``on_interrupt()`` runs before
     the server stops (which waits for requests in flight)."""
+    _check_bind(host, port)
     server = BackgroundServer(app, host, port, ws_max_size=ws_max_size).start()
     announce(server.url)
     try:
@@ -82,3 +84,17 @@ def run_foreground(
         raise
     finally:
         server.stop()
+
+
+def _check_bind(host: str, port: int) -> None:
+    """A port in use (or an address not here) is the user's to fix: one line, not uvicorn's log."""
+    from deepanalyze_env.core.config import ConfigError
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} (--port 0 takes any free port)"
+        ) from None

@@ -40,6 +40,24 @@ class TaskBook:
         return self.rows[str(task_id)]
 
 
+def check_servable(rows: Sequence[dict[str, Any]], env_config: dict[str, Any]) -> None:
+    """Fail before serving, not at a client's first call: every row must build an env in the tools
+    format (its reward plan, its workspace, the judge its plan needs). Raises ``ConfigError``
+    naming the first bad task and how many there are."""
+    from deepanalyze_env.core.config import EnvConfig
+    from deepanalyze_env.core.row_check import row_problem
+
+    config = EnvConfig.from_any({**env_config, "action_format": "tools", "row_errors": "raise"})
+    bad = [(r.get("task_id"), p) for r in rows if (p := row_problem(r, config)) is not None]
+    if not bad:
+        return
+    task_id, problem = bad[0]
+    hint = " (on the command line: --judge-base-url URL --judge-model NAME)" if "judge" in problem else ""
+    raise ConfigError(
+        f"{len(bad)} of {len(rows)} tasks cannot be served; first, task {task_id}: {problem}{hint}"
+    )
+
+
 class SessionHub:
     """Open episodes by key. ``open`` refuses one past ``max_sessions``; a background thread
     closes idle ones; ``close_all`` ends everything."""

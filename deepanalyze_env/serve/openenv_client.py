@@ -6,7 +6,8 @@ Example::
     from deepanalyze_env.serve.openenv_client import DeepAnalyzeEnvClient
     from deepanalyze_env.serve.openenv_server import DeepAnalyzeAction
 
-    with DeepAnalyzeEnvClient(base_url="http://127.0.0.1:8765").sync() as env:
+    # the base URL ``serve --transport openenv`` prints (its WebSocket is /ws under it)
+    with DeepAnalyzeEnvClient(base_url="http://127.0.0.1:8766").sync() as env:
         first = env.reset(task_id="qa-retail-001")
         out = env.step(DeepAnalyzeAction(tool="run_python", arguments={"code": "print(1)"}))
         end = env.step(DeepAnalyzeAction(tool="submit_answer", arguments={"answer": "42"}))

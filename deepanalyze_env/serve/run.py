@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
 from deepanalyze_env.core.config import ConfigError
-from deepanalyze_env.serve.hub import SessionHub, TaskBook
+from deepanalyze_env.serve.hub import SessionHub, TaskBook, check_servable
 from deepanalyze_env.serve.session import ServeLimits
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ def check(settings: ServeSettings) -> TaskBook:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     book = TaskBook(settings.rows)
+    check_servable(settings.rows, settings.env_config)
     if settings.transport == "stdio" and settings.task_id is None:
         raise ConfigError("--transport stdio serves exactly one episode: give --task-id")
     if settings.task_id is not None and settings.task_id not in book.rows:
@@ -110,7 +111,13 @@ def _run_transport(
         app = openenv_app(hub, book, default)
         announce = settings.announce
         run_foreground(
-            app, settings.host, settings.port, lambda url: announce(url + "/ws"), limits.max_request_bytes
+            app,
+            settings.host,
+            settings.port,
+            lambda url: announce(
+                f"{url} (OpenEnv base URL: DeepAnalyzeEnvClient(base_url=...); WebSocket /ws)"
+            ),
+            limits.max_request_bytes,
         )
         return
     import anyio

@@ -261,17 +261,28 @@ def test_view_shows_an_agent_episode_with_its_model_calls(cli_run, browser):
         w.context.close()
 
 
-@pytest.mark.parametrize("flags", [["--samples", "0"], ["--agent-timeout", "0"]])
-def test_bad_collect_flags_are_one_line_errors(flags, task_file, tmp_path):
-    bin_ = Path(sys.executable).parent / "deepanalyze-rl"
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--samples", "0"], "--samples"),
+        (["--agent-timeout", "0"], "--agent-timeout"),
+        (["--agent", "no-such-agent-xyz"], "command not found: no-such-agent-xyz"),
+        (["--max-calls", "0"], "--max-calls"),
+    ],
+)
+def test_bad_collect_flags_are_one_line_errors_before_anything_runs(
+    flags, says, task_file, workspace_root, tmp_path
+):
     done = subprocess.run(
         [
-            str(bin_),
+            str(BIN),
             "collect",
             "--agent",
             "true",
             "--tasks",
             str(task_file),
+            "--workspace-root",
+            str(workspace_root),
             "--out",
             str(tmp_path / "x"),
             *flags,
@@ -280,7 +291,30 @@ def test_bad_collect_flags_are_one_line_errors(flags, task_file, tmp_path):
         text=True,
         timeout=60,
     )
-    assert done.returncode == 2 and done.stdout.startswith("error:")
+    assert done.returncode == 2 and done.stdout.startswith("error:") and says in done.stdout
+    assert len(done.stdout.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+
+
+def test_tasks_that_need_a_judge_are_refused_up_front_naming_the_flags(tmp_path):
+    done = subprocess.run(
+        [
+            str(BIN),
+            "collect",
+            "--agent",
+            "true",
+            "--tasks",
+            str(REPO / "data" / "tasks" / "qa.jsonl"),
+            "--workspace-root",
+            str(REPO / "data"),
+            "--out",
+            str(tmp_path / "x"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "4 of 4 tasks cannot be served" in done.stdout
+    assert "--judge-base-url URL --judge-model NAME" in done.stdout
 
 
 def test_the_agent_gets_its_episode_token_never_the_users_key(rows, workspace_root, tmp_path, monkeypatch):

@@ -113,10 +113,8 @@ def test_the_serve_command_says_where_it_listens_and_ctrl_c_records_what_was_run
     )
     try:
         line = proc.stderr.readline()
-        assert line.startswith("serving openenv at http://127.0.0.1:") and line.rstrip().endswith(
-            "/ws (Ctrl-C stops)"
-        )
-        base = line.split(" at ", 1)[1].split("/ws", 1)[0]
+        assert line.startswith("serving openenv at http://127.0.0.1:") and "(OpenEnv base URL" in line
+        base = line.split(" at ", 1)[1].split(" ", 1)[0]
         with DeepAnalyzeEnvClient(base_url=base).sync() as env:
             env.reset(task_id="best-store")
             env.step(DeepAnalyzeAction(tool="run_python", arguments={"code": "print(1)"}))
@@ -136,3 +134,37 @@ def test_a_client_cannot_name_the_episode_id_of_a_record(served, tmp_path):
         env.step(DeepAnalyzeAction(tool="submit_answer", arguments={"answer": "B"}))
     (record,) = records_in(tmp_path / "records")
     assert record["episode_id"] != "victim-episode" and len(record["episode_id"]) == 32
+
+
+def test_a_port_in_use_is_a_one_line_error(task_file, workspace_root):
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for transport in ("http", "openenv"):
+            done = subprocess.run(
+                [
+                    str(Path(sys.executable).parent / "deepanalyze-rl"),
+                    "serve",
+                    "--transport",
+                    transport,
+                    "--port",
+                    str(port),
+                    "--tasks",
+                    str(task_file),
+                    "--workspace-root",
+                    str(workspace_root),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 2 and done.stdout.startswith(
+                f"error: cannot listen on 127.0.0.1:{port}"
+            )
+            assert "Traceback" not in done.stdout + done.stderr
