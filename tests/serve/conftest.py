@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -157,3 +159,9 @@ def mcp_http(make_hub, start_server, rows):
         return server, hub
 
     return start
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``deepanalyze-rl ARGS…`` as a user runs it (this interpreter's console script)."""
+    program = Path(sys.executable).parent / "deepanalyze-rl"
+    return subprocess.run([str(program), *args], capture_output=True, text=True, timeout=timeout)

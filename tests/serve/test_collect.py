@@ -18,7 +18,7 @@ from deepanalyze_env.serve.collect import AgentSpec, collect
 from deepanalyze_env.serve.http import BackgroundServer
 from deepanalyze_env.serve.proxy import RecordingProxy, Upstream
 from deepanalyze_env.serve.session import ServeLimits
-from tests.serve.conftest import CODE, in_process, wait_for
+from tests.serve.conftest import CODE, cli, in_process, wait_for
 from tests.serve.fake_openai import FakeToolModel
 from tests.test_view import Watched, open_episode
 
@@ -273,45 +273,33 @@ def test_view_shows_an_agent_episode_with_its_model_calls(cli_run, browser):
 def test_bad_collect_flags_are_one_line_errors_before_anything_runs(
     flags, says, task_file, workspace_root, tmp_path
 ):
-    done = subprocess.run(
-        [
-            str(BIN),
-            "collect",
-            "--agent",
-            "true",
-            "--tasks",
-            str(task_file),
-            "--workspace-root",
-            str(workspace_root),
-            "--out",
-            str(tmp_path / "x"),
-            *flags,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = cli(
+        "collect",
+        "--agent",
+        "true",
+        "--tasks",
+        str(task_file),
+        "--workspace-root",
+        str(workspace_root),
+        "--out",
+        str(tmp_path / "x"),
+        *flags,
     )
     assert done.returncode == 2 and done.stdout.startswith("error:") and says in done.stdout
     assert len(done.stdout.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
 
 
 def test_tasks_that_need_a_judge_are_refused_up_front_naming_the_flags(tmp_path):
-    done = subprocess.run(
-        [
-            str(BIN),
-            "collect",
-            "--agent",
-            "true",
-            "--tasks",
-            str(REPO / "data" / "tasks" / "qa.jsonl"),
-            "--workspace-root",
-            str(REPO / "data"),
-            "--out",
-            str(tmp_path / "x"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = cli(
+        "collect",
+        "--agent",
+        "true",
+        "--tasks",
+        str(REPO / "data" / "tasks" / "qa.jsonl"),
+        "--workspace-root",
+        str(REPO / "data"),
+        "--out",
+        str(tmp_path / "x"),
     )
     assert done.returncode == 2 and "4 of 4 tasks cannot be served" in done.stdout
     assert "--judge-base-url URL --judge-model NAME" in done.stdout

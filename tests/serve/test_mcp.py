@@ -14,7 +14,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from deepanalyze_env.serve.mcp_server import PROMPT_URI, STATE_URI
-from tests.serve.conftest import CODE, in_process, records_in, wait_for
+from tests.serve.conftest import CODE, cli, in_process, records_in, wait_for
 
 BIN = Path(sys.executable).parent / "deepanalyze-rl"
 
@@ -89,22 +89,9 @@ def test_a_stdio_client_that_leaves_mid_episode_is_recorded_unfinished_and_leave
 
 
 def test_stdio_without_a_task_id_is_a_one_line_usage_error(task_file, workspace_root):
-    import subprocess
 
-    done = subprocess.run(
-        [
-            str(BIN),
-            "serve",
-            "--transport",
-            "stdio",
-            "--tasks",
-            str(task_file),
-            "--workspace-root",
-            str(workspace_root),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = cli(
+        "serve", "--transport", "stdio", "--tasks", str(task_file), "--workspace-root", str(workspace_root)
     )
     assert (
         done.returncode == 2

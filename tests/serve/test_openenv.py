@@ -7,7 +7,7 @@ import pytest
 from deepanalyze_env.serve.hub import TaskBook
 from deepanalyze_env.serve.openenv_client import DeepAnalyzeEnvClient
 from deepanalyze_env.serve.openenv_server import DeepAnalyzeAction, openenv_app
-from tests.serve.conftest import CODE, in_process, records_in, wait_for
+from tests.serve.conftest import CODE, cli, in_process, records_in, wait_for
 
 
 @pytest.fixture
@@ -138,31 +138,22 @@ def test_a_client_cannot_name_the_episode_id_of_a_record(served, tmp_path):
 
 def test_a_port_in_use_is_a_one_line_error(task_file, workspace_root):
     import socket
-    import subprocess
-    import sys
-    from pathlib import Path
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         for transport in ("http", "openenv"):
-            done = subprocess.run(
-                [
-                    str(Path(sys.executable).parent / "deepanalyze-rl"),
-                    "serve",
-                    "--transport",
-                    transport,
-                    "--port",
-                    str(port),
-                    "--tasks",
-                    str(task_file),
-                    "--workspace-root",
-                    str(workspace_root),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=60,
+            done = cli(
+                "serve",
+                "--transport",
+                transport,
+                "--port",
+                str(port),
+                "--tasks",
+                str(task_file),
+                "--workspace-root",
+                str(workspace_root),
             )
             assert done.returncode == 2 and done.stdout.startswith(
                 f"error: cannot listen on 127.0.0.1:{port}"
