@@ -524,16 +524,20 @@ class DeepAnalyzeEnv(BaseTextEnv):
             },
         )
 
-    def close(self, *, record: bool = True, unfinished: str | None = None) -> None:
+    def close(self, *, record: bool = True, unfinished: str | None = None, keep_worker: bool = False) -> None:
         """Release the worker and scratch workspace; append the record when ``records_dir`` is set.
 
         ``record=False`` is for a caller abandoning an episode it could not finish (``rollout``
         when its policy fails or the run is interrupted): a half episode is not data.
         ``unfinished`` (a reason) records an episode that did not end as ``reward_status:
         "unfinished"`` with that reason as its ``error``, unscored: a served client that went
-        away (``deepanalyze-rl serve``) is not a token budget.
+        away (``deepanalyze-rl serve``) is not a token budget. ``keep_worker`` records and removes the
+        scratch folder but leaves the kernel worker, which another thread's cell still uses (a
+        server stopping at once); a later ``close()`` ends it.
         """
         if self._closed:
+            if not keep_worker and self.kernel is not None:
+                self.kernel.close()  # what a close that kept the worker left (idempotent)
             return
         if unfinished is not None and self.final_metadata is None:
             self.unfinished_reason = unfinished
@@ -545,7 +549,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
             except Exception:  # scoring must never keep the worker or scratch folder alive
                 log.exception("could not score the episode closed for length")
         self._closed = True
-        if self.kernel is not None:
+        if self.kernel is not None and not keep_worker:
             self.kernel.close()
         if self.workspace is not None:
             self.workspace.remove()

@@ -80,7 +80,6 @@ class AgentSpec:
 @dataclass
 class _Slot:
     job: EpisodeJob
-    token: str
     claimed: bool = False
 
 
@@ -140,7 +139,7 @@ class Collector:
     def run(self, job: EpisodeJob) -> EpisodeOutcome:
         token = secrets.token_urlsafe(18)
         with self._lock:
-            self._slots[token] = _Slot(job, token)
+            self._slots[token] = _Slot(job)
         if self.proxy is not None:
             self.proxy.open(token)
         start = time.monotonic()
@@ -169,14 +168,14 @@ class Collector:
                 session.abandon("the model endpoint failed")
                 failed = f"the model endpoint failed {trace.upstream_failures} time(s)"
                 return self._outcome(job, None, start, failed)
+            reason = None
             if not finished:
                 why = "timed out" if exit_code is None else f"exited with code {exit_code}"
-                ended = f" ({session.ended})" if session.ended else ""
-                session.abandon(f"the agent {why} before submit_answer")
-                assert session.env is not None
-                session.env.unfinished_reason = f"the agent {why} before submit_answer{ended}"
-            self._write(session, exit_code, time.monotonic() - start, trace, tail)
-            return self._outcome(job, session, start, None)
+                ended = f" ({session.ended})" if session.ended else ""  # e.g. it ended its MCP session
+                reason = f"the agent {why} before submit_answer{ended}"
+                session.abandon(reason)
+            self._write(session, exit_code, time.monotonic() - start, trace, tail, reason)
+            return self._outcome(job, session, start, reason)
         finally:
             if key is not None:
                 self.hub.release(key, "collect is done with the episode")
@@ -240,8 +239,15 @@ class Collector:
         return exit_code, bytes(tail).decode("utf-8", "replace")
 
     def _write(
-        self, session: EpisodeSession, exit_code: int | None, seconds: float, trace: Any, tail: str
+        self,
+        session: EpisodeSession,
+        exit_code: int | None,
+        seconds: float,
+        trace: Any,
+        tail: str,
+        unfinished: str | None,
     ) -> None:
+        """The episode's record, with the agent's trace and (unfinished) why it ended."""
         assert session.env is not None
         session.env.extras["agent"] = {
             "kind": "black-box",
@@ -251,7 +257,10 @@ class Collector:
             "model_calls": list(trace.calls) if trace is not None else [],
             "stderr_tail": tail[-2000:],
         }
-        self.writer.append(build_record(session.env.result()))
+        result = session.env.result()
+        if unfinished is not None:
+            result = replace(result, unfinished=unfinished)
+        self.writer.append(build_record(result))
 
     @staticmethod
     def _outcome(
@@ -274,15 +283,12 @@ class Collector:
             )
         final = session.final or {"reward_status": "unfinished"}
         metadata = {k: v for k, v in final.items() if k != "reward"}
-        why = (
-            session.env.unfinished_reason if session.env is not None and session.ended != "finished" else None
-        )
         return EpisodeOutcome(
             job.task_id,
             None,
             final.get("reward"),
             metadata,
-            error=why,
+            error=error,
             seconds=seconds,
             episode_id=job.episode_id,
         )

@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from deepanalyze_env.core.config import ConfigError
-from deepanalyze_env.serve.session import EpisodeSession, ServeError, ServeLimits
+from deepanalyze_env.serve.session import EpisodeSession, ServeError, ServeLimits, served_config
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def check_servable(rows: Sequence[dict[str, Any]], env_config: dict[str, Any]) -
     from deepanalyze_env.core.config import EnvConfig
     from deepanalyze_env.core.row_check import row_problem
 
-    config = EnvConfig.from_any({**env_config, "action_format": "tools", "row_errors": "raise"})
+    config = EnvConfig.from_any({**served_config(env_config), "row_errors": "raise"})
     bad = [(r.get("task_id"), p) for r in rows if (p := row_problem(r, config)) is not None]
     if not bad:
         return

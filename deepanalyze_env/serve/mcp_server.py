@@ -204,11 +204,6 @@ async def _no_discover(ctx: ServerRequestContext, params: Any) -> Any:
     )
 
 
-def fixed_task(row: dict[str, Any], policy_id: str = "served:mcp") -> Assigner:
-    """Every session plays ``row``."""
-    return lambda request: Assignment(row, None, policy_id)
-
-
 def task_from_query(rows: Any, default: dict[str, Any] | None = None) -> Assigner:
     """A session plays the task its URL names (``?task_id=ID``), else ``default``."""
 

@@ -176,9 +176,6 @@ class RecordingProxy:
             trace.recorded_chars += size
             trace.calls.append(entry)
 
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
 
 class StreamMerge:
     """The chat completion a stream of ``data:`` chunks adds up to: content, tool calls (by

@@ -28,7 +28,6 @@ from typing import Any
 
 from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.env import DeepAnalyzeEnv
-from deepanalyze_env.core.records import RecordWriter, build_record
 from deepanalyze_env.core.tasks import env_extras, format_size
 from deepanalyze_env.core.tool_calls import ParsedTurn, ToolCall
 
@@ -61,6 +60,12 @@ class ServeLimits:
             raise ValueError("idle_timeout_s must be > 0")
 
 
+def served_config(env_config: dict[str, Any]) -> dict[str, Any]:
+    """A served episode's env_config: the user's, in the tools action format, with the tools'
+    system prompt unless the user names one."""
+    return {"system_prompt": "protocol", **env_config, "action_format": "tools"}
+
+
 class ServeError(Exception):
     """A call the server refuses: a limit, an ended episode, an unknown task. One line, for the
     client; nothing ran."""
@@ -89,10 +94,8 @@ class EpisodeSession:
     episode_id: str | None = None
     policy_id: str = "served"
     env: DeepAnalyzeEnv | None = field(default=None, init=False)
-    messages: list[dict[str, Any]] = field(default_factory=list, init=False)
     calls: int = field(default=0, init=False)
     last_call: float = field(default_factory=time.monotonic, init=False)
-    final: dict[str, Any] | None = field(default=None, init=False)
     ended: str | None = field(default=None, init=False)  # why it is over: "finished" or the reason
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -107,20 +110,20 @@ class EpisodeSession:
 
     def start(self) -> None:
         """Build the env (a bad row raises ``ConfigError`` here) and start its workspace and kernel."""
-        config = {**self.env_config, "action_format": "tools", "policy_id": self.policy_id}
-        config.setdefault("system_prompt", "protocol")
+        config = {**served_config(self.env_config), "policy_id": self.policy_id}
         extras = env_extras(self.row)
         self.episode_id = self.episode_id or uuid.uuid4().hex
         extras["episode_id"] = self.episode_id
         self.env = DeepAnalyzeEnv(env_config=config, extras=extras)
-        self.messages, _ = self.env.init(self.row["prompt"])
+        self.env.init(self.row["prompt"])
         self.last_call = time.monotonic()
 
     # ------------------------------------------------------------------ what the client reads
 
     def prompt_text(self) -> str:
         """The task as the model should read it: the system prompt, then the task message."""
-        return "\n\n".join(str(m.get("content") or "") for m in self.messages)
+        prompt = self.env.messages[: self.env.prompt_len] if self.env is not None else []
+        return "\n\n".join(str(m.get("content") or "") for m in prompt)
 
     def files(self) -> list[dict[str, str]]:
         """The task's data files (name, size), read from the task's own folder without following
@@ -201,21 +204,30 @@ class EpisodeSession:
             meta = out["metadata"]
             data = {"output": content, "status": meta["exec"]["status"], "code_pass": meta["code_pass"]}
             return CallResult(content, data, done=False, is_error=turn.call is None)
-        meta = dict(out["metadata"])
-        self.final = {
-            "reward": out["reward"],
-            "reward_components": meta.get("reward_components", {}),
-            "reward_status": meta.get("reward_status"),
-            "termination": meta.get("termination"),
-            "format_ok": meta.get("format_ok"),
-            "gate": meta.get("gate"),
-            "turns": meta.get("turns"),
-            "error": meta.get("error"),
-        }
         self.ended = "finished"
         assert self.env is not None
         self.env.close()  # the record is written now; the worker and scratch go
-        return CallResult(final_text(self.final), dict(self.final), done=True, is_error=turn.call is None)
+        final = self.final or {}
+        return CallResult(final_text(final), final, done=True, is_error=turn.call is None)
+
+    @property
+    def final(self) -> dict[str, Any] | None:
+        """How a finished episode ended, as clients read it (from the env's final step); None
+        unless it finished by its own calls."""
+        env = self.env
+        if self.ended != "finished" or env is None or env.final_metadata is None:
+            return None
+        meta = env.final_metadata
+        return {
+            "reward": env.final_reward,
+            "reward_components": dict(meta["reward_components"]),
+            "reward_status": meta["reward_status"],
+            "termination": meta["termination"],
+            "format_ok": meta["format_ok"],
+            "gate": meta["gate"],
+            "turns": meta["turns"],
+            "error": meta.get("error"),
+        }
 
     def touch(self) -> None:
         """The client is still here (it read a resource): the idle clock starts again."""
@@ -235,17 +247,10 @@ class EpisodeSession:
         return self._abandon_now(reason)
 
     def _abandon_now(self, reason: str) -> bool:
-        env = self.env
-        if self.ended is not None or env is None:
+        if self.ended is not None or self.env is None:
             return False
         self.ended = reason
-        env.unfinished_reason = reason
-        try:
-            if env.config.records_dir:
-                RecordWriter.for_dir(env.config.records_dir).append(build_record(env.result()))
-        finally:
-            if env.workspace is not None:
-                env.workspace.remove()
+        self.env.close(unfinished=reason, keep_worker=True)  # the running call's close ends the worker
         return True
 
     def _abandon_locked(self, reason: str) -> bool:

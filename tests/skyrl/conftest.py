@@ -265,12 +265,18 @@ def rows():
 def run_vllm_episode(cfg, tok, plan: list[str], turn_marker: str = "</Execute>", task_id: str = "t-stop"):
     """One episode of the "Which store?" task through SkyRL's generator, the turns of ``plan``
     sampled with vLLM's stopping rules (:class:`VllmLikeEngine`): (SkyRL's output, the engine)."""
-    import asyncio
-
     from tests.conftest import qa_extras
 
     row = {"prompt": [{"role": "user", "content": "Which store?"}], "task_id": task_id, **qa_extras()}
     engine = VllmLikeEngine(tok, {"Which store?": plan}, turn_marker=turn_marker)
+    return run_agent_loop(cfg, tok, engine, row, sampling_params=vllm_params(cfg.generator.sampling_params))
+
+
+def run_agent_loop(cfg, tok, engine, row, **extra):
+    """One episode of ``row`` through SkyRL's generator (``agent_loop``) over ``engine``, with the
+    config's token limits: (SkyRL's output, the engine)."""
+    import asyncio
+
     gen = make_generator(cfg, tok, engine)
     out = asyncio.run(
         gen.agent_loop(
@@ -279,7 +285,7 @@ def run_vllm_episode(cfg, tok, plan: list[str], turn_marker: str = "</Execute>",
             env_extras(row),
             max_tokens=cfg.generator.sampling_params.max_generate_length,
             max_input_length=cfg.generator.max_input_length,
-            sampling_params=vllm_params(cfg.generator.sampling_params),
+            **extra,
         )
     )
     return out, engine

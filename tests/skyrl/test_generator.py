@@ -7,9 +7,15 @@ import re
 
 import pytest
 
-from deepanalyze_env.core.tasks import env_extras
 from rewards.judge.fake_server import FakeJudgeServer, Reply
-from tests.skyrl.conftest import ScriptedEngine, generator_input, make_cfg, make_generator, trajectories
+from tests.skyrl.conftest import (
+    ScriptedEngine,
+    generator_input,
+    make_cfg,
+    make_generator,
+    run_agent_loop,
+    trajectories,
+)
 
 TASK = "qa-retail-001"
 
@@ -30,18 +36,7 @@ def code(src: str) -> str:
 
 
 def run_loop(cfg, tok, row, plan):
-    engine = ScriptedEngine(tok, {row["input_seq"][:60]: plan})
-    gen = make_generator(cfg, tok, engine)
-    out = asyncio.run(
-        gen.agent_loop(
-            row["prompt"],
-            "deepanalyze",
-            env_extras(row),
-            max_tokens=cfg.generator.sampling_params.max_generate_length,
-            max_input_length=cfg.generator.max_input_length,
-        )
-    )
-    return out, engine
+    return run_agent_loop(cfg, tok, ScriptedEngine(tok, {row["input_seq"][:60]: plan}), row)
 
 
 def test_observation_tokens_are_loss_masked_and_policy_tokens_are_not(tiny_tokenizer, rows, judge):
