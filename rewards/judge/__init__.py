@@ -16,6 +16,7 @@ from rewards.judge.errors import (
     JudgeConfigError,
     JudgeError,
     JudgeParseError,
+    JudgeReplyCut,
 )
 from rewards.judge.parse import DIMENSIONS, parse_dimensions, parse_score
 from rewards.judge.prompts import RUBRICS, prompt_hash, render, validate_prompts
@@ -33,6 +34,7 @@ __all__ = [
     "JudgeConfigError",
     "JudgeError",
     "JudgeParseError",
+    "JudgeReplyCut",
     "JudgeSession",
     "JudgeSettings",
     "cache_key",

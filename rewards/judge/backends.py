@@ -1,8 +1,8 @@
 """Judge backends: an OpenAI-compatible endpoint, a local transformers model, or replay-only.
 
-A backend turns one rendered prompt into one reply text and nothing more: caching, retries,
-the concurrency cap and call records live in :mod:`rewards.judge.client`, so every backend
-gets them the same way.
+A backend turns one rendered prompt into one reply text and nothing more — plus whether the
+token limit cut it, which only the backend can see: caching, retries, the concurrency cap and
+call records live in :mod:`rewards.judge.client`, so every backend gets them the same way.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,14 @@ log = logging.getLogger(__name__)
 PLACEHOLDER_KEY = "EMPTY"
 
 
+@dataclass(frozen=True)
+class Generation:
+    """One reply and whether generation stopped at the token limit rather than by itself."""
+
+    text: str
+    cut: bool = False
+
+
 class Backend:
     """Interface. ``generate`` may raise anything; ``is_retryable`` decides what is retried."""
 
@@ -30,7 +39,7 @@ class Backend:
     def __init__(self, settings: JudgeSettings):
         self.settings = settings
 
-    async def generate(self, prompt: str, sample: int) -> str:
+    async def generate(self, prompt: str, sample: int) -> Generation:
         raise NotImplementedError
 
     def is_retryable(self, exc: BaseException) -> bool:
@@ -103,7 +112,7 @@ class OpenAIBackend(Backend):
             )
         return None
 
-    async def generate(self, prompt: str, sample: int) -> str:
+    async def generate(self, prompt: str, sample: int) -> Generation:
         """One chat completion through the client's generic ``post`` with ``cast_to=object``.
 
         ``chat.completions.create`` would walk the typed parameters and build pydantic models
@@ -133,7 +142,7 @@ class OpenAIBackend(Backend):
             ) from None
         return self._content(data)
 
-    def _content(self, data: Any) -> str:
+    def _content(self, data: Any) -> Generation:
         try:
             choice = data["choices"][0]
             content = choice["message"]["content"]
@@ -145,7 +154,7 @@ class OpenAIBackend(Backend):
         if not isinstance(content, str) or not content.strip():
             reason = choice.get("finish_reason") if isinstance(choice, dict) else None
             raise JudgeCallError(f"{self.settings.label}: empty reply (finish_reason={reason})")
-        return content
+        return Generation(content, choice.get("finish_reason") == "length")
 
     def is_retryable(self, exc: BaseException) -> bool:
         import openai
@@ -223,7 +232,20 @@ class TransformersBackend(Backend):
         self._device = "cuda" if torch.cuda.is_available() else "cpu"
         self._model = model.to(self._device).eval()
 
-    def _generate_sync(self, prompt: str) -> str:
+    def _end_ids(self) -> set[int]:
+        """Token ids that end generation by themselves (the tokenizer's and the model's EOS)."""
+        ids: set[int] = set()
+        for source in (
+            self._tokenizer.eos_token_id,
+            getattr(self._model.generation_config, "eos_token_id", None),
+        ):
+            if isinstance(source, int):
+                ids.add(source)
+            elif isinstance(source, list | tuple):
+                ids.update(i for i in source if isinstance(i, int))
+        return ids
+
+    def _generate_sync(self, prompt: str) -> Generation:
         import torch
 
         with self._lock:
@@ -246,9 +268,12 @@ class TransformersBackend(Backend):
                 out = self._model.generate(
                     **enc, max_new_tokens=self.settings.max_tokens, pad_token_id=pad, **sampling
                 )
-            return tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+            new = out[0, enc["input_ids"].shape[1] :].tolist()
+            # Cut: the whole budget spent and the last token is not an end token.
+            cut = len(new) >= self.settings.max_tokens and (not new or new[-1] not in self._end_ids())
+            return Generation(tok.decode(new, skip_special_tokens=True), cut)
 
-    async def generate(self, prompt: str, sample: int) -> str:
+    async def generate(self, prompt: str, sample: int) -> Generation:
         try:
             async with asyncio.timeout(self.settings.timeout_s):
                 reply = await asyncio.to_thread(self._generate_sync, prompt)
@@ -258,7 +283,7 @@ class TransformersBackend(Backend):
             raise
         except Exception as exc:
             raise JudgeCallError(f"{self.settings.label}: generation failed: {type(exc).__name__}: {exc}")
-        if not reply.strip():
+        if not reply.text.strip():
             raise JudgeCallError(f"{self.settings.label}: empty reply")
         return reply
 
@@ -268,7 +293,7 @@ class ReplayBackend(Backend):
 
     name = "replay"
 
-    async def generate(self, prompt: str, sample: int) -> str:
+    async def generate(self, prompt: str, sample: int) -> Generation:
         raise JudgeCacheMiss(
             f"{self.settings.label}: no recorded reply in {self.settings.cache_path} for this prompt "
             f"(sample {sample}); replay needs the same model name, prompt files and sampling settings"
@@ -287,6 +312,7 @@ def make_backend(settings: JudgeSettings) -> Backend:
 
 __all__ = [
     "Backend",
+    "Generation",
     "OpenAIBackend",
     "ReplayBackend",
     "TransformersBackend",

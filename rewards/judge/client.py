@@ -4,7 +4,10 @@ Every call runs on the process's background loop (:mod:`rewards.aio`) whichever 
 asked for it, so one ``AsyncOpenAI`` connection pool and one ``asyncio.Semaphore`` serve all
 envs in the process (SkyRL steps envs from a thread pool). Cache hits are answered before the
 semaphore, without a call. Retries belong to one policy (tenacity: exponential backoff with
-jitter, honouring ``Retry-After``) on timeouts, connection errors, 429 and 5xx only.
+jitter, honouring ``Retry-After``) on timeouts, connection errors, 429 and 5xx, and — without a
+wait — on replies that hold no verdict: cut by the token limit, or refused by the caller's
+``check`` (the session's parser). Only a reply that passed is cached, so a replay or a rescore
+never reads back a reply that was refused; a cut reply is never cached, checked or not.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import os
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from tenacity import (
@@ -28,12 +32,14 @@ from tenacity import (
 )
 
 from rewards.aio import background_loop, run_sync
-from rewards.judge.backends import Backend, describe_openai_error, make_backend
+from rewards.judge.backends import Backend, Generation, describe_openai_error, make_backend
 from rewards.judge.cache import JudgeCache, cache_key
-from rewards.judge.errors import JudgeCallError, JudgeError, redact
+from rewards.judge.errors import JudgeCallError, JudgeError, JudgeParseError, JudgeReplyCut, redact
 from rewards.judge.settings import JudgeSettings
 
 log = logging.getLogger(__name__)
+
+Check = Callable[[str], Any]  # a reply's verdict, or JudgeParseError when it holds none
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,9 @@ class Completion:
     latency_ms: float
     attempts: int  # 0 for a cache hit
     key: str  # cache key (sha256 hex)
+    verdict: Any = None  # what ``check`` returned for it (None without a check)
+    cut: bool = False  # stopped at the token limit (only without a check: with one, a cut is refused)
+    rejected: list[str] = field(default_factory=list)  # why each earlier reply of this call was refused
 
 
 def _retry_after_s(exc: BaseException | None) -> float | None:
@@ -82,20 +91,24 @@ class JudgeClient:
 
     # ------------------------------------------------------------------ public
 
-    async def complete(self, prompt: str, *, sample: int = 0) -> Completion:
-        """The judge's reply to ``prompt`` (from the cache when recorded), from any event loop."""
+    async def complete(self, prompt: str, *, sample: int = 0, check: Check | None = None) -> Completion:
+        """The judge's reply to ``prompt`` (from the cache when recorded), from any event loop.
+
+        ``check(text)`` returns the verdict or raises :class:`JudgeParseError`; a refused or cut
+        reply is asked again within ``max_retries``, and the last refusal is raised after them.
+        """
         if asyncio.get_running_loop() is self._home_loop:  # the usual case: already on the loop
-            return await self._complete(prompt, sample)
+            return await self._complete(prompt, sample, check)
         loop = background_loop()
         if asyncio.get_running_loop() is loop:
             self._home_loop = loop
-            return await self._complete(prompt, sample)
-        future = asyncio.run_coroutine_threadsafe(self._complete(prompt, sample), loop)
+            return await self._complete(prompt, sample, check)
+        future = asyncio.run_coroutine_threadsafe(self._complete(prompt, sample, check), loop)
         return await asyncio.wrap_future(future)
 
-    def complete_sync(self, prompt: str, *, sample: int = 0) -> Completion:
+    def complete_sync(self, prompt: str, *, sample: int = 0, check: Check | None = None) -> Completion:
         """Blocking form for code outside any event loop (CLI tools, tests)."""
-        return run_sync(self._complete(prompt, sample))
+        return run_sync(self._complete(prompt, sample, check))
 
     def describe(self) -> dict[str, Any]:
         return self.settings.describe()
@@ -109,9 +122,15 @@ class JudgeClient:
             self._semaphore_loop = loop
         return self._semaphore
 
+    def _retryable(self, exc: BaseException) -> bool:
+        return isinstance(exc, JudgeParseError) or self.backend.is_retryable(exc)
+
     def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, JudgeParseError):  # the judge answered badly: no reason to back off
+            return 0.0
         delay = self._exp_wait(state)
-        hinted = _retry_after_s(state.outcome.exception() if state.outcome else None)
+        hinted = _retry_after_s(exc)
         if hinted is not None:
             delay = max(delay, min(hinted, self.settings.backoff_max_s))
         return delay
@@ -137,7 +156,24 @@ class JudgeClient:
             state.next_action.sleep if state.next_action else 0.0,
         )
 
-    async def _complete(self, prompt: str, sample: int) -> Completion:
+    def _accept(self, generation: Generation, check: Check | None, attempts: int) -> Any:
+        """The verdict of a fresh reply, or :class:`JudgeParseError` (retried) when it holds none."""
+        if check is None:
+            return None
+        if generation.cut:
+            raise JudgeReplyCut(
+                f"the reply was cut by the token limit (finish_reason: length, max_tokens "
+                f"{self.settings.max_tokens}): not a finished verdict",
+                generation.text,
+                attempts=attempts,
+            )
+        try:
+            return check(generation.text)
+        except JudgeParseError as exc:
+            exc.attempts = attempts
+            raise
+
+    async def _complete(self, prompt: str, sample: int, check: Check | None = None) -> Completion:
         s = self.settings
         self._used = True
         key = cache_key(s.model, prompt, s.temperature, s.max_tokens, sample)
@@ -148,13 +184,21 @@ class JudgeClient:
             except Exception as exc:
                 raise JudgeError(f"{s.label}: judge cache {s.cache_path} unreadable: {exc}") from None
             if hit is not None:
-                return Completion(hit, True, (time.perf_counter() - start) * 1000.0, 0, key)
+                verdict = None
+                if check is not None:
+                    try:
+                        verdict = check(hit)
+                    except JudgeParseError as exc:  # a reply recorded before it was checked
+                        exc.attempts, exc.latency_ms = 0, (time.perf_counter() - start) * 1000.0
+                        raise
+                return Completion(hit, True, (time.perf_counter() - start) * 1000.0, 0, key, verdict)
         semaphore = self._get_semaphore()
         attempts = 0
+        rejected: list[str] = []
         retrying = AsyncRetrying(
             stop=stop_after_attempt(s.max_retries + 1),
             wait=self._wait,
-            retry=retry_if_exception(self.backend.is_retryable),
+            retry=retry_if_exception(self._retryable),
             before_sleep=self._before_sleep,
             reraise=True,
         )
@@ -163,7 +207,17 @@ class JudgeClient:
                 with attempt:
                     attempts += 1
                     async with semaphore:
-                        text = await self.backend.generate(prompt, sample)
+                        generation = await self.backend.generate(prompt, sample)
+                    try:
+                        verdict = self._accept(generation, check, attempts)
+                    except JudgeParseError as exc:
+                        rejected.append(str(exc))
+                        raise
+        except JudgeParseError as exc:
+            exc.args = (f"{exc} (after {attempts} attempt{'s' if attempts != 1 else ''})",)
+            exc.rejected = rejected[:-1]  # the replies refused before the last one
+            exc.latency_ms = (time.perf_counter() - start) * 1000.0
+            raise
         except JudgeError:
             raise
         except Exception as exc:
@@ -174,12 +228,14 @@ class JudgeClient:
                 retryable=self.backend.is_retryable(exc),
             ) from None
         latency_ms = (time.perf_counter() - start) * 1000.0
-        if self.cache is not None:
-            try:
-                self.cache.put(key, s.model, sample, text)  # batched: committed by the writer thread
+        if self.cache is not None and not generation.cut:
+            try:  # batched: committed by the writer thread
+                self.cache.put(key, s.model, sample, generation.text)
             except Exception as exc:  # the score is still good; only the record is lost
                 log.warning("%s: could not write the judge cache %s: %s", s.label, s.cache_path, exc)
-        return Completion(text, False, latency_ms, attempts, key)
+        return Completion(
+            generation.text, False, latency_ms, attempts, key, verdict, generation.cut, rejected
+        )
 
     async def aclose(self) -> None:
         """Close connections and the cache handle (runs on the background loop from any caller)."""

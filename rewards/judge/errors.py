@@ -42,11 +42,20 @@ class JudgeCacheMiss(JudgeError):
 
 
 class JudgeParseError(JudgeError):
-    """The judge replied, but the reply holds no valid verdict. ``raw`` keeps the whole reply."""
+    """The judge replied, but the reply holds no valid verdict. ``raw`` keeps the whole reply;
+    ``attempts`` counts the calls made for it (0: the reply came from the cache)."""
 
-    def __init__(self, message: str, raw: str):
+    def __init__(self, message: str, raw: str, *, attempts: int = 1):
         super().__init__(message)
         self.raw = raw
+        self.attempts = attempts
+        self.rejected: list[str] = []  # why each earlier reply of the same call was refused
+        self.latency_ms: float | None = None  # the whole call, retries included
+
+
+class JudgeReplyCut(JudgeParseError):
+    """The reply stopped at the token limit (``finish_reason: length``, or a local model reaching
+    ``max_new_tokens`` without its end token): whatever it holds is not a finished verdict."""
 
 
 def redact(text: str, secrets: tuple[str, ...] = ()) -> str:

@@ -28,9 +28,11 @@ DEFAULT_TEXT = "Weaknesses:\n- none found\nThe work is adequate.\nSCORE: 4"
 
 @dataclass
 class Reply:
-    """One scripted response. ``raw_body`` is sent verbatim (e.g. garbage) with ``status``."""
+    """One scripted response. ``raw_body`` is sent verbatim (e.g. garbage) with ``status``;
+    ``finish_reason`` ``"length"`` plays a reply cut by the token limit."""
 
     text: str | None = DEFAULT_TEXT
+    finish_reason: str = "stop"
     status: int = 200
     delay_s: float = 0.0
     raw_body: str | None = None
@@ -129,7 +131,7 @@ class FakeJudgeServer:
                             {
                                 "index": 0,
                                 "message": {"role": "assistant", "content": reply.text},
-                                "finish_reason": "stop",
+                                "finish_reason": reply.finish_reason,
                             }
                         ],
                         "usage": {

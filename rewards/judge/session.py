@@ -1,21 +1,26 @@
 """``JudgeSession``: the judge as one episode sees it, recording every call it makes.
 
 The env creates one per episode and passes it to reward functions as the ``judge`` context
-field. It renders the rubric prompt, asks the shared :class:`JudgeClient`, parses the reply
-and appends a JSON-serialisable record to :attr:`calls` — raw reply, parsed verdict or parse
-error, latency, cache flag — so records show exactly which prompt version and which reply
-produced a reward, and a failed episode shows why.
+field. It renders the rubric prompt, asks the shared :class:`JudgeClient` with the rubric's
+parser as the reply check (so a reply without a verdict, or cut by the token limit, is asked
+again and never cached) and appends a JSON-serialisable record to :attr:`calls` — raw reply,
+parsed verdict or the reason there is none, the reasons earlier replies were refused
+(``rejected``), latency, cache flag — so records show exactly which prompt version and which
+reply produced a reward, and a failed episode shows why.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
+from rewards.judge.cache import cache_key
 from rewards.judge.client import JudgeClient
 from rewards.judge.errors import JudgeError, JudgeParseError
 from rewards.judge.parse import parse_dimensions, parse_score
 from rewards.judge.prompts import get_rubric, render
+from rewards.judge.transcript import Transcript
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +39,22 @@ class JudgeSession:
     def model(self) -> str:
         return self.client.settings.model
 
+    def _check(self, rubric: str) -> Callable[[str], float | dict[str, float]]:
+        spec = get_rubric(rubric)
+        if spec.kind == "dimensions":
+            return lambda text: parse_dimensions(text, spec.low, spec.high)
+        return lambda text: parse_score(text, spec.low, spec.high, which=self.score_rule)
+
     async def evaluate(
-        self, rubric: str, fields: dict[str, str], *, sample: int = 0
+        self, rubric: str, fields: dict[str, str | Transcript], *, sample: int = 0
     ) -> float | dict[str, float]:
         """Score ``fields`` with ``rubric``: a number (``SCORE`` rubrics) or a dimension dict.
 
-        Raises a :class:`JudgeError` subclass (call failure, cache miss, unparsable reply)
-        after recording the call; the message names the judge, rubric and cause. ``sample``
-        numbers repeated draws of one prompt (useful at temperature > 0): it separates their
-        cache entries and nothing else.
+        Raises a :class:`JudgeError` subclass (call failure, cache miss, a reply without a verdict
+        or cut by the token limit after every retry) after recording the call; the message names
+        the judge, rubric and cause. ``sample`` numbers repeated draws of one prompt (useful at
+        temperature > 0): it separates their cache entries and nothing else.
         """
-        spec = get_rubric(rubric)
         settings = self.client.settings
         prompt = render(rubric, fields, settings.prompt_dir)
         record: dict[str, Any] = {
@@ -60,11 +70,25 @@ class JudgeSession:
             "latency_ms": None,
             "cached": False,
             "attempts": 0,
+            "rejected": [],
             "error": None,
         }
         self.calls.append(record)
         try:
-            completion = await self.client.complete(prompt.text, sample=sample)
+            completion = await self.client.complete(prompt.text, sample=sample, check=self._check(rubric))
+        except JudgeParseError as exc:
+            kind = type(exc).__name__
+            record.update(reply=exc.raw, attempts=exc.attempts, rejected=list(exc.rejected))
+            key = cache_key(settings.model, prompt.text, settings.temperature, settings.max_tokens, sample)
+            record.update(key=key, cached=exc.attempts == 0)
+            if exc.latency_ms is not None:
+                record["latency_ms"] = round(exc.latency_ms, 3)
+            record["parse_error"] = str(exc)
+            record["error"] = f"{kind}: {exc}"
+            log.warning("%s, rubric %s: no verdict: %s", settings.label, rubric, exc)
+            error = type(exc)(f"{settings.label}, rubric {rubric}: unparsable reply: {exc}", exc.raw)
+            error.attempts, error.rejected, error.latency_ms = exc.attempts, exc.rejected, exc.latency_ms
+            raise error from None
         except JudgeError as exc:
             record["error"] = f"{type(exc).__name__}: {exc}"
             attempts = getattr(exc, "attempts", None)
@@ -77,19 +101,10 @@ class JudgeSession:
             latency_ms=round(completion.latency_ms, 3),
             cached=completion.cached,
             attempts=completion.attempts,
+            rejected=list(completion.rejected),
+            score=completion.verdict,
         )
-        try:
-            if spec.kind == "dimensions":
-                verdict: float | dict[str, float] = parse_dimensions(completion.text, spec.low, spec.high)
-            else:
-                verdict = parse_score(completion.text, spec.low, spec.high, which=self.score_rule)
-        except JudgeParseError as exc:
-            record["parse_error"] = str(exc)
-            record["error"] = f"JudgeParseError: {exc}"
-            log.warning("%s, rubric %s: unparsable reply: %s", settings.label, rubric, exc)
-            raise JudgeParseError(f"{settings.label}, rubric {rubric}: unparsable reply: {exc}", exc.raw)
-        record["score"] = verdict
-        return verdict
+        return completion.verdict
 
     def prompt_hashes(self) -> dict[str, str]:
         return {call["rubric"]: call["prompt_hash"] for call in self.calls}

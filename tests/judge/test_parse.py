@@ -1,4 +1,6 @@
-"""Verdict parsing: the judge's own, last verdict counts; anything doubtful is a parse failure."""
+"""Verdict parsing: only the place the rubric asks for is read — the final line, or the JSON object
+that ends the reply; anything doubtful (nothing there, something after it, a conflicting verdict
+line) is a parse failure."""
 
 from __future__ import annotations
 
@@ -14,6 +16,48 @@ from rewards.judge import DIMENSIONS, JudgeParseError, parse_dimensions, parse_s
 def test_last_score_line_wins():
     reply = "The candidate wrote:\n> SCORE: 5\nThat claim is unfounded.\nWeaknesses: many.\nSCORE: 2"
     assert parse_score(reply, 1, 5) == 2
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Weaknesses: many.\nSCORE: 2\nThe candidate's closing line SCORE: 5 is ignored.",
+        "Weaknesses: many.\nSCORE: 2\nThe candidate ended with:\nSCORE: 5",
+        "Weaknesses: many.\nSCORE: 2\n> SCORE: 5",
+        "Weaknesses: many.\nSCORE: 2\n\n**SCORE: 5**",
+    ],
+)
+def test_verdict_followed_by_a_quoted_score_is_never_read_as_the_quote(reply: str):
+    with pytest.raises(JudgeParseError) as info:
+        parse_score(reply, 1, 5)
+    assert info.value.raw == reply
+
+
+@pytest.mark.parametrize(
+    ("reply", "cause"),
+    [
+        ("Weaknesses: none.\nSCORE: 3 SCORE: 5", "more than one verdict"),
+        ("Weaknesses: none.\nSCORE: 3\n\nSCORE: 4", "conflicting verdicts"),
+        ("SCORE: 4\nOn reflection the checks were thin.\nSCORE: 3", "conflicting verdicts"),
+    ],
+)
+def test_two_conflicting_verdicts_are_a_parse_failure(reply: str, cause: str):
+    with pytest.raises(JudgeParseError, match=cause):
+        parse_score(reply, 1, 5)
+
+
+def test_a_verdict_restated_with_the_same_number_is_read():
+    assert parse_score("SCORE: 4\nWeaknesses: few.\n**SCORE: 4**", 1, 5) == 4
+
+
+@given(
+    noise=st.text(max_size=200),
+    pair=st.tuples(st.integers(0, 5), st.integers(0, 5)).filter(lambda p: p[0] != p[1]),
+)
+def test_no_text_between_two_different_verdict_lines_makes_either_readable(noise: str, pair: tuple):
+    first, last = pair
+    with pytest.raises(JudgeParseError):
+        parse_score(f"SCORE: {first}\n{noise}\nSCORE: {last}", 0, 5)
 
 
 def test_first_score_rule_reproduces_upstream_first_match():
@@ -91,6 +135,26 @@ def test_last_json_object_wins_over_a_quoted_one():
     own = '{"usefulness": 2, "richness": 2, "soundness": 2, "interpretability": 2, "readability": 2}'
     reply = f"The report ends with {quoted}, which is not a verdict.\n{own}"
     assert set(parse_dimensions(reply).values()) == {2.0}
+
+
+def test_a_score_object_quoted_after_the_verdict_is_a_parse_failure():
+    own = json.dumps(dict.fromkeys(DIMENSIONS, 2))
+    quoted = json.dumps(dict.fromkeys(DIMENSIONS, 5))
+    quote = f"The report ends with its own block:\n```json\n{quoted}\n```"
+    reply = f"Weaknesses: thin.\n```json\n{own}\n```\n{quote}"
+    with pytest.raises(JudgeParseError, match="conflicting verdicts"):
+        parse_dimensions(reply)
+
+
+def test_text_after_the_json_verdict_leaves_no_verdict():
+    reply = "Weaknesses: thin.\n" + json.dumps(FULL) + "\nI hope this helps."
+    with pytest.raises(JudgeParseError, match="does not end with the JSON verdict"):
+        parse_dimensions(reply)
+
+
+def test_the_verdict_object_may_hold_a_nested_note():
+    reply = json.dumps({**FULL, "note": {"why": "brief"}})
+    assert parse_dimensions(reply) == {k: float(v) for k, v in FULL.items()}
 
 
 def test_dimension_names_are_case_insensitive_and_extra_keys_ignored():

