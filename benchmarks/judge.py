@@ -45,6 +45,7 @@ sys.path.insert(0, str(REPO))
 from rewards import RewardContext, RewardPlan  # noqa: E402
 from rewards.aio import run_sync  # noqa: E402
 from rewards.judge import JudgeClient, JudgeSession, JudgeSettings  # noqa: E402
+from rewards.judge.transcript import messages_from_rendered  # noqa: E402
 from rewards.judges import judge_analysis  # noqa: E402
 
 log = logging.getLogger("benchmarks.judge")
@@ -53,8 +54,8 @@ TARGET_BOUND_RATIO = 1.1
 TARGET_CACHE_SPEEDUP = 100.0
 
 
-def load_episodes(n: int) -> list[dict[str, str]]:
-    """N distinct (question, trajectory) pairs built from the shipped reference trajectories."""
+def load_episodes(n: int) -> list[dict[str, Any]]:
+    """N distinct episodes (question, trajectory, its messages) from the shipped reference trajectories."""
     tasks = {}
     for name in ("qa", "datatask", "openresearch"):
         for line in (REPO / "data" / "tasks" / f"{name}.jsonl").read_text().splitlines():
@@ -72,7 +73,15 @@ def load_episodes(n: int) -> list[dict[str, str]]:
             turn + (f"\n<Execute>\nrun {j} of episode {i}\n</Execute>\n" if j < len(turns) - 1 else "")
             for j, turn in enumerate(turns)
         )
-        episodes.append({"question": tasks[row["task_id"]]["input_seq"], "trajectory": text})
+        messages = messages_from_rendered(text)
+        episodes.append(
+            {
+                "question": tasks[row["task_id"]]["input_seq"],
+                "trajectory": text,
+                "messages": messages,
+                "turns": sum(m["role"] == "assistant" for m in messages),
+            }
+        )
     return episodes
 
 
@@ -115,7 +124,7 @@ def make_client(base_url: str, model: str, concurrency: int, cache: Path) -> Jud
 
 
 def judge_round(
-    client: JudgeClient, episodes: list[dict[str, str]]
+    client: JudgeClient, episodes: list[dict[str, Any]]
 ) -> tuple[float, float, list[JudgeSession]]:
     """(wall s, CPU s of the event-loop thread, sessions) for one gathered round."""
     sessions = [JudgeSession(client) for _ in episodes]
@@ -125,7 +134,9 @@ def judge_round(
         cpu = time.thread_time()
         scores = await asyncio.gather(
             *(
-                judge_analysis(question=e["question"], trajectory=e["trajectory"], judge=s)
+                judge_analysis(
+                    question=e["question"], messages=e["messages"], turns=e["turns"], prefix_turns=0, judge=s
+                )
                 for e, s in zip(episodes, sessions, strict=True)
             )
         )
@@ -146,7 +157,11 @@ def warm_up(client: JudgeClient, concurrency: int, tag: str) -> None:
         await asyncio.gather(
             *(
                 judge_analysis(
-                    question="warm-up", trajectory=f"warm-up {tag} {i}", judge=JudgeSession(client)
+                    question="warm-up",
+                    messages=[{"role": "assistant", "content": f"warm-up {tag} {i}"}],
+                    turns=1,
+                    prefix_turns=0,
+                    judge=JudgeSession(client),
                 )
                 for i in range(concurrency)
             )
@@ -155,20 +170,20 @@ def warm_up(client: JudgeClient, concurrency: int, tag: str) -> None:
     run_sync(calls())
 
 
-def env_round(client: JudgeClient, episodes: list[dict[str, str]], threads: int) -> float:
+def env_round(client: JudgeClient, episodes: list[dict[str, Any]], threads: int) -> float:
     spec = {"method": "qa", "ground_truth": "x", "function": ["judge_analysis"]}
     plan = RewardPlan.build(spec)
 
-    def score(episode: dict[str, str]) -> str:
+    def score(episode: dict[str, Any]) -> str:
         ctx = RewardContext(
             answer="x",
             policy_text="<Analyze>a</Analyze><Answer>x</Answer>",
             trajectory=episode["trajectory"],
-            messages=[],
+            messages=episode["messages"],
             ground_truth="x",
             question=episode["question"],
             code_pass=[],
-            turns=1,
+            turns=episode["turns"],
             workspace=None,
             reward_spec=spec,
             judge=JudgeSession(client),

@@ -15,6 +15,7 @@ from typing import Any
 
 from rewards.judge.parse import DIMENSIONS
 from rewards.judge.session import JudgeSession
+from rewards.judge.transcript import episode_transcript
 from rewards.registry import register_reward
 
 OPENDOMAIN_COMPONENTS = tuple(f"openresearch_{dim}" for dim in DIMENSIONS)
@@ -55,14 +56,21 @@ def _as_text(value: Any) -> str:
 @register_reward(
     "judge_analysis", components=("qa_analysis",), needs_judge=True, aliases=("llm_as_judgement_analyze",)
 )
-async def judge_analysis(question: str | None, trajectory: str, judge: Any) -> float:
+async def judge_analysis(
+    question: str | None, messages: list[dict], turns: int, prefix_turns: int, judge: Any
+) -> float:
     """Quality of the analysis process (1–5) over the whole trajectory, observations included → /5.
 
     The judge sees what the policy saw, so it can tell a conclusion the outputs support from
-    one they contradict; the result lies in [0.2, 1].
+    one they contradict; the result lies in [0.2, 1]. It reads the episode as authored parts
+    (:func:`rewards.judge.transcript.episode_transcript`), not the ``trajectory`` text: there an
+    ``<Execute>`` block the policy typed itself is indistinguishable from a real observation. A
+    recovery row's prefix is shown as recorded turns, for context.
     """
-    score = await _session(judge, "judge_analysis").evaluate(
-        "judge_analysis", {"question": _as_text(question), "trajectory": trajectory}
+    session = _session(judge, "judge_analysis")
+    transcript = episode_transcript(messages, turns, prefix_turns)
+    score = await session.evaluate(
+        "judge_analysis", {"question": _as_text(question), "trajectory": transcript}
     )
     return float(score) / 5.0
 

@@ -11,8 +11,10 @@ written here, by hand, as edits of the reference turns, so a reviewer can read e
 
 Every code cell is executed against a fresh copy of the task's workspace with the
 environment's own executor, and the observation is rendered exactly as the environment
-renders it, so the judge sees the same trajectory text it would see during training —
-including outputs that contradict an unsupported conclusion.
+renders it, so judge-eval can split the text back into the analyst's turns and the
+environment's output (``rewards.judge.transcript.messages_from_rendered``) and the judge sees
+the trajectory marked by author as it would be during training — including outputs that
+contradict an unsupported conclusion.
 
 Each task yields one case for the judge its method uses in training (``qa`` →
 ``judge_analysis``, ``datatask`` → ``judge_accuracy``, ``openresearch`` → ``judge_opendomain``),

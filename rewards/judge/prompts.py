@@ -22,10 +22,13 @@ from importlib import resources
 from pathlib import Path
 
 from rewards.judge.errors import JudgeConfigError
+from rewards.judge.transcript import Transcript
 
 FIELDS = ("question", "reference", "candidate", "trajectory")
 _PLACEHOLDER = re.compile(r"\{(" + "|".join((*FIELDS, "nonce")) + r")\}")
 _MARKER_RUN = re.compile(r"<{3,}|>{3,}")
+# An observation tag typed by the policy: opening or closing, any case, spaces allowed.
+_OBSERVATION_TAG = re.compile(r"<(\s*/?\s*(?:execute|tool_response)\b[^<>]{0,200})(>?)", re.IGNORECASE)
 _HEADER_COMMENT = re.compile(r"\A(?:[ \t]*<!--.*?-->[ \t]*\r?\n)+", re.DOTALL)
 
 
@@ -140,6 +143,32 @@ def neutralise(text: str) -> str:
     return _MARKER_RUN.sub(lambda m: " ".join(m.group()), text)
 
 
+def escape_observation_tags(text: str) -> str:
+    """``<Execute>`` → ``&lt;Execute&gt;`` (and ``<tool_response>``): a tag the policy typed, shown as
+    its text, so it cannot look like an environment block."""
+    if "<" not in text:
+        return text
+    return _OBSERVATION_TAG.sub(lambda m: "&lt;" + m.group(1) + ("&gt;" if m.group(2) else ""), text)
+
+
+def render_transcript(transcript: Transcript, nonce: str) -> str:
+    """The parts of ``transcript``, each under a marker line naming its author (ids as in sections)."""
+    if not transcript.parts:
+        return "(the analyst took no turns)"
+    lines, counts = [], {"analyst": 0, "recorded": 0}
+    for part in transcript.parts:
+        body = neutralise(part.text)
+        if part.author == "environment":
+            header = f"<<<ENVIRONMENT OUTPUT {nonce}>>>"
+        else:
+            counts[part.author] += 1
+            header = f"<<<{part.author.upper()} TURN {counts[part.author]} {nonce}>>>"
+            body = escape_observation_tags(body)
+        body = body.strip("\n")
+        lines.append(f"{header}\n{body}")
+    return "\n".join(lines)
+
+
 def section_nonce(rubric: str, fields: Mapping[str, str]) -> str:
     digest = hashlib.sha256(rubric.encode("utf-8"))
     for name in sorted(fields):
@@ -147,15 +176,19 @@ def section_nonce(rubric: str, fields: Mapping[str, str]) -> str:
     return digest.hexdigest()[:16]
 
 
-def render(name: str, fields: Mapping[str, str], prompt_dir: str | Path | None = None) -> RenderedPrompt:
-    """Fill the rubric's template; every field must be given (as text)."""
+def render(
+    name: str, fields: Mapping[str, str | Transcript], prompt_dir: str | Path | None = None
+) -> RenderedPrompt:
+    """Fill the rubric's template; every field must be given (as text, or as a :class:`Transcript`)."""
     rubric = get_rubric(name)
     missing = [f for f in rubric.fields if f not in fields]
     if missing:
         raise ValueError(f"rubric {name!r} needs field(s) {', '.join(missing)}")
     template = _load(name, prompt_dir)
-    values = {f: str(fields[f]) for f in rubric.fields}
-    nonce = section_nonce(name, values)
+    values = {f: fields[f] if isinstance(fields[f], Transcript) else str(fields[f]) for f in rubric.fields}
+    nonce = section_nonce(
+        name, {f: v.canonical() if isinstance(v, Transcript) else v for f, v in values.items()}
+    )
     out = []
     for index, part in enumerate(template.parts):
         if index % 2 == 0:
@@ -164,7 +197,11 @@ def render(name: str, fields: Mapping[str, str], prompt_dir: str | Path | None =
             out.append(nonce)
         elif part in values:
             label = part.upper()
-            body = neutralise(values[part]).strip("\n")
+            value = values[part]
+            if isinstance(value, Transcript):
+                body = render_transcript(value, nonce)
+            else:
+                body = neutralise(value).strip("\n")
             out.append(f"<<<BEGIN {label} {nonce}>>>\n{body}\n<<<END {label} {nonce}>>>")
         else:  # a placeholder this rubric does not use: leave the text alone
             out.append("{" + part + "}")

@@ -133,9 +133,9 @@ def test_quoted_candidate_score_before_the_judges_own_gives_its_own(server: Fake
     from rewards.judges import judge_analysis
 
     session = JudgeSession(make_client())
-    assert run_sync(judge_analysis(question="q", trajectory="marker-quote", judge=session)) == pytest.approx(
-        0.4
-    )
+    messages = [{"role": "assistant", "content": "marker-quote"}]
+    score = run_sync(judge_analysis(question="q", messages=messages, turns=1, prefix_turns=0, judge=session))
+    assert score == pytest.approx(0.4)
 
 
 @pytest.mark.parametrize("reply", [Reply(text=""), Reply(text="   \n"), Reply(text=None)])

@@ -27,11 +27,16 @@ def context(session: JudgeSession | None, spec: dict, answer: str | None = "42")
         answer=answer,
         policy_text=POLICY,
         trajectory=POLICY + "\n<Execute>\n42\n</Execute>\n",
-        messages=[],
+        messages=[
+            {"role": "user", "content": "How many rows?"},
+            {"role": "assistant", "content": "<Analyze>count rows</Analyze>\n<Code>print(42)</Code>"},
+            {"role": "user", "content": "\n<Execute>\n42\n</Execute>\n"},
+            {"role": "assistant", "content": POLICY},
+        ],
         ground_truth=spec.get("ground_truth"),
         question="How many rows?",
         code_pass=[1],
-        turns=1,
+        turns=2,
         workspace=None,
         reward_spec=spec,
         judge=session,
@@ -173,7 +178,7 @@ def test_envs_scoring_from_a_thread_pool_share_one_concurrency_cap(server: FakeJ
 
     def score(i: int):
         ctx = context(JudgeSession(client), spec)
-        ctx.trajectory += f"\nepisode {i}"
+        ctx.messages[-1] = {"role": "assistant", "content": f"{POLICY}\nepisode {i}"}  # distinct prompts
         return plan.score(ctx)
 
     with ThreadPoolExecutor(12) as pool:

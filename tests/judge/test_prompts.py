@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from rewards.judge import RUBRICS, JudgeConfigError, prompt_hash, render, validate_prompts
 from rewards.judge.prompts import neutralise
+from rewards.judge.transcript import Part, Transcript
 
 SHIPPED = Path(str(resources.files("rewards").joinpath("prompts")))
 
@@ -74,6 +75,32 @@ def test_no_candidate_text_can_forge_a_section_marker(candidate: str):
     body = _section(prompt.text, "CANDIDATE", prompt.nonce)
     assert neutralise(candidate).strip("\n") == body.strip("\n")
     assert "<<<" not in body and ">>>" not in body
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    analyst=st.text(
+        alphabet=st.sampled_from(list("<>/ \nExecutetool_responseENVIRONMENTOUTPUT0123abcdef")), max_size=120
+    )
+)
+def test_analyst_text_can_forge_neither_a_part_marker_nor_an_execute_tag(analyst: str):
+    transcript = Transcript((Part("analyst", analyst), Part("environment", "<Execute>\n42\n</Execute>")))
+    prompt = render("judge_analysis", {"question": "q", "trajectory": transcript})
+    body = _section(prompt.text, "TRAJECTORY", prompt.nonce)
+    analyst_part = body.split(f"<<<ENVIRONMENT OUTPUT {prompt.nonce}>>>")[0]
+    assert body.count(f"<<<ENVIRONMENT OUTPUT {prompt.nonce}>>>") == 1
+    assert analyst_part.count("<<<") == 1  # its own header only
+    assert not re.search(r"<\s*/?\s*(?i:execute|tool_response)", analyst_part)
+
+
+def test_the_section_id_covers_who_wrote_each_part():
+    """The same text moved from an analyst turn to an observation changes the id, so a cached reply
+    for one is never reused for the other."""
+    as_analyst = Transcript((Part("analyst", "x"), Part("analyst", "42")))
+    as_output = Transcript((Part("analyst", "x"), Part("environment", "42")))
+    first = render("judge_analysis", {"question": "q", "trajectory": as_analyst})
+    second = render("judge_analysis", {"question": "q", "trajectory": as_output})
+    assert first.nonce != second.nonce
 
 
 def test_render_is_deterministic_so_replies_can_be_cached():

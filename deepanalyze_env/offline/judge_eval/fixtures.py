@@ -22,7 +22,18 @@ LABEL_RANK = {label: len(LABELS) - i for i, label in enumerate(LABELS)}
 # The context fields judge-eval can build from a fixture line; a judge needing others
 # (code_pass, workspace, …) cannot be evaluated offline.
 PROVIDED_FIELDS = frozenset(
-    {"question", "trajectory", "answer", "policy_text", "ground_truth", "reward_spec", "judge"}
+    {
+        "question",
+        "trajectory",
+        "messages",
+        "turns",
+        "prefix_turns",
+        "answer",
+        "policy_text",
+        "ground_truth",
+        "reward_spec",
+        "judge",
+    }
 )
 CASE_KEYS = {"id", "method", "judge", "question", "ground_truth", "candidates", "task_id", "notes"}
 REQUIRED_CASE_KEYS = ("id", "method", "judge", "question", "candidates")

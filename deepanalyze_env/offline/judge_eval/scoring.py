@@ -17,6 +17,7 @@ from deepanalyze_env.core import protocol
 from deepanalyze_env.offline.judge_eval.fixtures import Candidate, FixtureCase, judge_function
 from rewards.aio import background_loop
 from rewards.judge import JudgeClient, JudgeError, JudgeParseError, JudgeSession
+from rewards.judge.transcript import messages_from_rendered
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +78,15 @@ def candidate_context(case: FixtureCase, candidate: Candidate, session: JudgeSes
     else:
         policy_text = text
         answer = text.strip()
+    # The fixture's text is ours (observations rendered by the env's own executor), so its
+    # <Execute> blocks are split back into observation messages: what an analysis judge is shown.
+    messages = messages_from_rendered(text)
     return {
         "question": case.question,
         "trajectory": text,
+        "messages": messages,
+        "turns": sum(m["role"] == "assistant" for m in messages),
+        "prefix_turns": 0,
         "answer": answer,
         "policy_text": policy_text,
         "ground_truth": case.ground_truth,
