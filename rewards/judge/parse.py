@@ -41,6 +41,7 @@ _VERDICT_LINE = re.compile(
 )
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _CLOSING_FENCE = re.compile(r"\n?[ \t]*```[ \t]*\Z")
+_MAX_OPENINGS = 64
 
 
 def _snippet(reply: str, limit: int = 80) -> str:
@@ -136,7 +137,7 @@ def _standalone_objects(reply: str, before: int) -> list[tuple[int, dict]]:
         start = match.end() - 1
         try:
             data, _ = decoder.raw_decode(reply, start)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the decoder's depth
             continue
         if isinstance(data, dict):
             found.append((start, data))
@@ -154,11 +155,16 @@ def parse_dimensions(reply: str, low: float = 1.0, high: float = 5.0) -> dict[st
             f"the reply does not end with the JSON verdict (it ends {_snippet(tail)!r})", reply
         )
     start, data, error = -1, None, None
-    for position in (m.start() for m in reversed(list(re.finditer(r"\{", body)))):
+    # The verdict opens at one of the last few "{" (its own and any nested note's); trying each
+    # earlier one would cost a JSON parse per brace of a long reply.
+    openings = [m.start() for m in re.finditer(r"\{", body)][-_MAX_OPENINGS:]
+    for position in reversed(openings):
         try:  # json.loads: the object must run to the very end of the reply
             data = _load_lenient(body[position:])
         except json.JSONDecodeError as exc:
             error = error or exc
+            continue
+        except RecursionError:  # nested past the decoder's depth: no verdict
             continue
         start = position
         break
