@@ -235,7 +235,7 @@ def _turns(draw):
 
 
 @given(_turns())
-@settings(max_examples=500, deadline=None, database=None, derandomize=True)
+@settings(max_examples=400, deadline=None, database=None, derandomize=True)
 def test_the_gate_passes_iff_the_tags_are_in_prose(case):
     """Oracle: the tags the generator put in prose, not a parse of the text."""
     turns, placed, bodies = case

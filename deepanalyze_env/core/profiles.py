@@ -31,8 +31,8 @@ def code_pass_v1(status: str, output: str) -> int:
     Both facts are the trainer side's own observations: ``status`` is the kernel's verdict from
     its clock and sockets, ``output`` the stream it captured; nothing rests on what the worker
     says about itself. A cell that shows nothing (``pass``, or a bare ``df = pd.read_csv(...)``)
-    is a turn in which nothing was learned, so it earns nothing; the protocol prompt asks for a
-    ``print`` of what each cell found, as every shipped reference cell does.
+    is a turn in which nothing was learned, so it earns nothing; the protocol prompt tells the
+    policy to ``print()`` what it wants to see, and every shipped reference cell does.
     """
     return int(status == "ok" and bool(output.strip()))
 
