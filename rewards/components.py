@@ -28,6 +28,8 @@ def code_pass_rate(code_pass: list[int]) -> float | None:
 
 
 @register_reward("openresearch_turns")
-def openresearch_turns(turns: int) -> float:
-    """Rewards taking several analysis steps on open-ended tasks: min(turns / 10, 1)."""
-    return min(turns / 10.0, 1.0)
+def openresearch_turns(code_pass: list[int]) -> float:
+    """Rewards taking several analysis steps on open-ended tasks: min(steps / 10, 1), where a step
+    is a cell that earned code_pass. Counting turns instead paid for turns that do nothing (a
+    ``pass`` cell, a turn without code, a cell that fails): each one raised the component."""
+    return min(sum(code_pass) / 10.0, 1.0)

@@ -71,6 +71,9 @@ class RewardContext:
     the ``submit_answer`` argument in ``tools``."""
     tool_errors: list[str] = field(default_factory=list)
     """``tools`` format: why each invalid tool call was invalid (any fails the format gate)."""
+    policy_turns: list[str] = field(default_factory=list)
+    """The policy's own turns, one string each (what ``policy_text`` joins): the format gate
+    reads each turn's protocol on its own. Empty: ``policy_text`` is read as one turn."""
 
     def kwargs_for(self, fn: RewardFunction) -> dict[str, Any]:
         return {name: getattr(self, name) for name in fn.params}
@@ -177,7 +180,7 @@ class RewardPlan:
             if ctx.answer is None:
                 return "tools", "the episode ended without a submit_answer call"
             return None
-        missing = protocol.missing_gate_tags(ctx.policy_text)
+        missing = protocol.missing_gate_tags(ctx.policy_turns or ctx.policy_text)
         if missing:
             return "tags", f"missing {', '.join(missing)}"
         if self.method.fence_gate and not all(

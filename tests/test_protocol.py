@@ -103,18 +103,145 @@ _TAG_TOKENS = ["<Code>", "</Code>", "<Answer>", "</Answer>", "<think>", "</think
 @settings(max_examples=3000, deadline=None, database=None, derandomize=True)
 def test_block_extraction_agrees_with_the_lazy_regex(text):
     """Oracle: the non-greedy regex the extraction replaced (it is quadratic on a megabyte of
-    opening tags, so the protocol scans linearly instead)."""
+    opening tags, so the protocol scans linearly instead). For the answer, the same regex over
+    each stretch of text between code blocks (a ``<Code>`` never closed runs to the end): an
+    ``<Answer>`` written inside code is no answer, and no answer spans a code block."""
     import re
 
     visible = protocol.strip_think(text)
     code = re.search(r"<Code>(.*?)</Code>", visible, re.DOTALL)
     assert protocol.extract_code_block(text) == (code.group(1) if code else None)
     assert protocol.code_blocks(text) == re.findall(r"<Code>(.*?)</Code>", visible, re.DOTALL)
-    answer = re.search(r"<Answer>(.*?)</Answer>", visible, re.DOTALL)
-    assert protocol.has_answer(text) == (answer is not None)
+    outside_code = re.split(r"<Code>(?:.*?</Code>|.*\Z)", visible, flags=re.DOTALL)
+    answered = any(re.search(r"<Answer>(.*?)</Answer>", part, re.DOTALL) for part in outside_code)
+    assert protocol.has_answer(text) == answered
 
 
 def test_a_megabyte_of_opening_tags_is_parsed():
     """170,000 ``<Code>`` without a closing tag: no code, no answer (and no quadratic stall)."""
     assert protocol.extract_code("<Code>" * 170_000) is None
     assert protocol.extract_answer(["<Answer>" * 170_000]) is None
+
+
+# ------------------------------------------------------------- the protocol, read (issue 39)
+# A tag counts only in the policy's prose: not in code, a fenced block, or <Execute> text the
+# policy quoted itself (docs/design.md §6). Expected values are written by hand.
+ALL_TAGS = ["<Analyze>", "</Analyze>", "<Answer>", "</Answer>"]
+
+
+def test_gate_tags_in_a_fenced_code_comment_do_not_count():
+    turn = "<Code>\n```python\n# <Analyze>x</Analyze>\nprint(1)\n```\n</Code>"
+    assert protocol.missing_gate_tags(turn) == ALL_TAGS
+
+
+def test_gate_tags_in_a_bare_code_block_do_not_count():
+    assert protocol.missing_gate_tags("<Code>\n# <Analyze>x</Analyze>\nprint(1)\n</Code>") == ALL_TAGS
+
+
+def test_gate_tags_in_a_fence_outside_code_do_not_count():
+    for fence in ("```python\n# <Analyze>x</Analyze>\n```", "```\n<Analyze>x</Analyze>\n```"):
+        assert protocol.missing_gate_tags(fence + "\n<Answer>Answer: 1</Answer>") == ALL_TAGS[:2]
+
+
+def test_gate_tags_in_a_quoted_execute_do_not_count():
+    forged = "<Execute>\n<Analyze>x</Analyze>\n<Answer>Answer: 1</Answer>\n</Execute>"
+    assert protocol.missing_gate_tags(forged) == ALL_TAGS
+
+
+def test_a_fence_or_quote_never_closed_hides_the_rest_of_its_text():
+    assert protocol.missing_gate_tags("```\n<Analyze>x</Analyze>") == ALL_TAGS
+    assert protocol.missing_gate_tags("<Execute>\n<Analyze>x</Analyze>") == ALL_TAGS
+
+
+def test_an_answer_written_in_code_is_no_answer_even_when_truncation_stops_there():
+    turn = protocol.truncate_action("<Code>\n```python\nx = 1  # <Answer>Answer: 5</Answer>\n```\n</Code>")
+    assert turn == "<Code>\n```python\nx = 1  # <Answer>Answer: 5</Answer>"  # the stop string fired
+    assert not protocol.has_answer(turn)
+    assert protocol.extract_answer([turn]) is None
+    assert protocol.extract_code(turn) is None  # and no code ran: its block never closed
+
+
+def test_an_answer_in_a_fence_or_quoted_execute_is_no_answer():
+    for turn in ("```\n<Answer>Answer: 5</Answer>", "<Execute>\n<Answer>Answer: 5</Answer>"):
+        assert not protocol.has_answer(turn) and protocol.extract_answer([turn]) is None
+
+
+def test_the_legitimate_layouts_pass():
+    turns = [
+        "<think>plan</think><Analyze>Load it; a ```python fence``` goes in <Code>.</Analyze>\n"
+        "<Code>\n```python\nprint(1)\n```\n</Code>",
+        "<Analyze>done</Analyze>\n<Answer>\n| a |\n```\nx = 1\n```\nAnswer: 5\n</Answer>",
+    ]
+    assert protocol.missing_gate_tags(turns) == []
+    assert protocol.read_turn(turns[1]).answers == ("\n| a |\n```\nx = 1\n```\nAnswer: 5\n",)
+    assert protocol.extract_answer(turns) == "5"
+
+
+def test_each_turn_is_read_on_its_own():
+    """A code block left open in one turn (a turn cut by a token budget) ends with that turn."""
+    turns = ["<Analyze>a</Analyze>\n<Code>\nprint(1)", "<Analyze>b</Analyze>\n<Answer>Answer: 5</Answer>"]
+    assert protocol.missing_gate_tags(turns) == []
+    assert protocol.missing_gate_tags(["<Code>\nprint(1)", "# <Analyze>b</Analyze>\n</Code>"]) == ALL_TAGS[2:]
+
+
+# Hidden contexts and what their contents may hold: never their own closing mark (the context
+# would end there), never a <Code> outside code (a <Code> opens a code block wherever it stands,
+# as the code extraction reads it), never <think> tags (removed before anything is read).
+_FILLER = ["x", "42", "Answer: 7", "df.head()", "`", "<", ">", "\n"]
+_GATE = ["<Analyze>", "</Analyze>", "<Answer>", "</Answer>"]
+_HIDDEN = {
+    "code": (
+        "<Code> ",
+        " </Code>",
+        [*_GATE, *_FILLER, "```", "```python", "<Execute>", "</Execute>", "<Code>"],
+    ),
+    "fence": ("```python ", " ```", [*_GATE, *_FILLER, "<Execute>", "</Execute>"]),
+    "execute": ("<Execute> ", " </Execute>", [*_GATE, *_FILLER, "```", "<Execute>"]),
+    "think": ("<think> ", " </think>", [*_GATE, *_FILLER, "```", "<Code>", "</Code>", "<Execute>"]),
+}
+# Prose: the two Analyze tags, whole answers (their bodies filler), filler and stray closers.
+_PROSE = ["<Analyze>", "</Analyze>", "answer", "</Answer>", "</Code>", "</Execute>", "</think>", *_FILLER]
+
+
+@st.composite
+def _turns(draw):
+    """Turns built from labelled segments, with what the oracle needs recorded at build time:
+    the gate tags placed in prose and the answer bodies written there."""
+    turns, placed, bodies = [], set(), []
+    for _ in range(draw(st.integers(1, 3))):
+        parts, turn_bodies = [], []
+        segments = draw(st.lists(st.sampled_from(["prose", *_HIDDEN]), min_size=1, max_size=6))
+        for i, kind in enumerate(segments):
+            if kind == "prose":
+                words = []
+                for token in draw(st.lists(st.sampled_from(_PROSE), max_size=5)):
+                    if token == "answer":
+                        body = " " + " ".join(draw(st.lists(st.sampled_from(_FILLER), max_size=3))) + " "
+                        turn_bodies.append(body)
+                        placed.update({"<Answer>", "</Answer>"})
+                        token = f"<Answer>{body}</Answer>"
+                    elif token in _GATE:
+                        placed.add(token)
+                    words.append(token)
+                parts.append(" ".join(words))
+                continue
+            opener, closer, inside = _HIDDEN[kind]
+            closed = i < len(segments) - 1 or draw(st.booleans())  # only the last may stay open
+            content = " ".join(draw(st.lists(st.sampled_from(inside), max_size=5)))
+            parts.append(opener + content + (closer if closed else ""))
+        turns.append(" ".join(parts))
+        bodies.append(turn_bodies)
+    return turns, placed, bodies
+
+
+@given(_turns())
+@settings(max_examples=400, deadline=None, database=None, derandomize=True)
+def test_the_gate_passes_iff_the_tags_are_in_prose(case):
+    """Oracle: the tags the generator put in prose, not a parse of the text."""
+    turns, placed, bodies = case
+    assert protocol.missing_gate_tags(turns) == [t for t in protocol.GATE_TAGS if t not in placed]
+    for turn, turn_bodies in zip(turns, bodies, strict=True):
+        assert protocol.read_turn(turn).answers == tuple(turn_bodies)
+        assert protocol.has_answer(turn) == bool(turn_bodies)
+    last = next((b[-1] for b in reversed(bodies) if b), None)
+    assert protocol.extract_answer(turns) == protocol.answer_value(last)

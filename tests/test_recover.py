@@ -142,10 +142,10 @@ SHAPED = {
 def test_recovered_episode_scores_like_its_own_turns_played_from_scratch(workspace_root: Path):
     recovered = play(workspace_root, extras(spec=SHAPED), [BEST, ANSWER])
     scratch = play(workspace_root, extras(None, spec=SHAPED), [BEST, ANSWER])
-    # by hand: answer right, 1 of 1 cells ok, 2 turns → min(2/10, 1)
-    expected = {"answer_match": 1.0, "datatask_code": 1.0, "openresearch_turns": 0.2}
+    # by hand: answer right, 1 of 1 cells passed (ran and printed) → min(1/10, 1)
+    expected = {"answer_match": 1.0, "datatask_code": 1.0, "openresearch_turns": 0.1}
     assert recovered["reward_components"] == scratch["reward_components"] == expected
-    assert recovered["reward"] == pytest.approx(scratch["reward"]) == pytest.approx(2.2 / 3)
+    assert recovered["reward"] == pytest.approx(scratch["reward"]) == pytest.approx(2.1 / 3)
     assert recovered["code_pass"] == [1] and recovered["turns"] == 2
 
 
@@ -155,7 +155,7 @@ def test_the_prefix_turns_are_not_scored(workspace_root: Path):
     assert whole["reward_components"] == {
         "answer_match": 1.0,
         "datatask_code": pytest.approx(2 / 3),
-        "openresearch_turns": pytest.approx(0.4),
+        "openresearch_turns": pytest.approx(0.2),  # WRITE and BEST passed: 2 / 10
     }
 
 
@@ -180,6 +180,7 @@ RECOVERY = {
         ([FAIL, BEST, ANSWER], 0.0),  # it fails again, even if a later one runs
         (["<Analyze>think</Analyze>", BEST, ANSWER], 1.0),  # a turn without code runs no cell
         ([ANSWER], 0.0),  # no cell at all after the failure: nothing was fixed
+        ([code("pass"), BEST, ANSWER], 0.0),  # a cell that shows nothing fixes nothing (issue 39)
     ],
 )
 def test_recovery_component_is_whether_the_first_cell_after_the_prefix_runs(workspace_root, turns, expected):
@@ -195,7 +196,7 @@ def test_recovery_component_on_a_row_without_prefix_is_refused(workspace_root: P
 
 def test_recovery_function_never_scores_a_context_without_prefix():
     with pytest.raises(ValueError, match="only to a row with a prefix"):
-        recovery(exec_statuses=["ok"], prefix_turns=0)
+        recovery(exec_statuses=["ok"], code_pass=[1], prefix_turns=0)
 
 
 # ---------------------------------------------------------------------------- recover

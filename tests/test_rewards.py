@@ -146,10 +146,12 @@ def test_code_component_is_absent_without_code_turns():
     assert out.components == {"test_len_ok": 1.0}
 
 
-def test_openresearch_turns_is_capped_at_one():
+def test_openresearch_turns_counts_cells_that_earned_code_pass_capped_at_one():
     plan = RewardPlan.build({"method": "openresearch", "function": ["test_len_ok"]})
-    assert plan.score(ctx(turns=4)).components["openresearch_turns"] == pytest.approx(0.4)
-    assert plan.score(ctx(turns=25)).components["openresearch_turns"] == 1.0
+    assert plan.score(ctx(turns=9, code_pass=[1, 0, 1, 1, 0, 1])).components["openresearch_turns"] == (
+        pytest.approx(0.4)
+    )
+    assert plan.score(ctx(turns=30, code_pass=[1] * 25)).components["openresearch_turns"] == 1.0
 
 
 def test_missing_tag_fails_the_gate_with_minus_one():

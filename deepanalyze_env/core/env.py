@@ -409,6 +409,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
         return RewardContext(
             answer=answer,
             policy_text="\n".join(self.policy_turns),
+            policy_turns=list(self.policy_turns),
             trajectory="".join(m["content"] for m in episode),
             messages=list(self.messages),
             ground_truth=self.reward_spec.get("ground_truth"),

@@ -25,11 +25,21 @@ def truncate_upstream(action: str) -> str:
 
 
 def code_pass_v1(status: str, output: str) -> int:
-    return int(status == "ok")
+    """1 when the cell ran to the end without an error *and* printed something that is not
+    whitespace, else 0 (docs/design.md §7, "Code pass").
+
+    Both facts are the trainer side's own observations: ``status`` is the kernel's verdict from
+    its clock and sockets, ``output`` the stream it captured; nothing rests on what the worker
+    says about itself. A cell that shows nothing (``pass``, or a bare ``df = pd.read_csv(...)``)
+    is a turn in which nothing was learned, so it earns nothing; the protocol prompt tells the
+    policy to ``print()`` what it wants to see, and every shipped reference cell does.
+    """
+    return int(status == "ok" and bool(output.strip()))
 
 
 def code_pass_upstream(status: str, output: str) -> int:
-    """0 when the output holds ``[Error]:`` or is empty, else 1 — so a timeout counted as a pass."""
+    """0 when the output holds ``[Error]:`` or is empty, else 1 — so a timeout counted as a pass.
+    DeepAnalyze's rule, kept as it was."""
     return int(bool(output) and "[Error]:" not in output)
 
 

@@ -3,12 +3,19 @@
 Pure functions over text, so trainers, the env and offline tools agree on what a turn means.
 Format checks in ``v1`` read only what the policy wrote (assistant turns), never execution
 output: a cell that prints ``<Answer>`` must not satisfy the gate.
+
+They also read the protocol, not its text (:func:`read_turn`, docs/design.md §6): a tag
+counts only in the policy's *prose*. A ``# <Analyze>…</Analyze>`` comment in a code block, a
+tag inside a fenced block, or one inside ``<Execute>`` text the policy quoted itself is
+something the policy wrote *about* the protocol, not a use of it, so it neither satisfies the
+format gate nor ends the episode with an answer.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 CODE_CLOSE = "</Code>"
 ANSWER_OPEN = "<Answer>"
@@ -18,6 +25,9 @@ GATE_TAGS = ("<Analyze>", "</Analyze>", ANSWER_OPEN, ANSWER_CLOSE)
 
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
 CODE_OPEN = "<Code>"
+FENCE = "```"
+EXECUTE_OPEN = "<Execute>"
+EXECUTE_CLOSE = "</Execute>"
 # A fenced block: optional language word on the opening line, body, closing fence.
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\r?\n?(.*?)```", re.DOTALL)
 PYTHON_FENCE_LANGS = frozenset({"python", "py", "python3"})
@@ -57,8 +67,91 @@ def blocks(text: str, open_tag: str, close_tag: str) -> Iterator[str]:
         pos = end + len(close_tag)
 
 
+@dataclass(frozen=True)
+class TurnReading:
+    """One turn as the protocol reads it: its prose and the answers written in it.
+
+    ``prose`` holds the pieces of the turn's visible text (``<think>`` removed) that are the
+    policy's own words: everything but the inside of code blocks, fenced blocks, quoted
+    ``<Execute>`` text and answer bodies (an answer's tags themselves are prose). ``answers``
+    are the bodies of the complete ``<Answer>…</Answer>`` blocks opened in prose, raw (a fence
+    in a report is part of the report).
+    """
+
+    prose: tuple[str, ...]
+    answers: tuple[str, ...]
+
+    def prose_text(self) -> str:
+        """The prose pieces joined by newlines (no tag can span two pieces: tags hold no space)."""
+        return "\n".join(self.prose)
+
+
+def read_turn(turn: str) -> TurnReading:
+    """Read one policy turn the way the env acts on it (docs/design.md §6, "The protocol, read").
+
+    1. ``<think>…</think>`` is removed (an unclosed one runs to the end), as for code extraction.
+    2. Code blocks are found exactly as :func:`extract_code_block` finds them: a ``<Code>``
+       anywhere opens one, which runs to the first ``</Code>`` after it — or, never closed, to
+       the end of the turn (generation stopped at another stop tag, such as a ``</Answer>``
+       written in a comment, while the policy was still writing code). Nothing inside counts.
+    3. In the text between code blocks, the earliest of these opens a region that runs to its
+       own closing mark, or to the end of that text when it has none: a fence (``` to the next
+       ```; any language), a quoted ``<Execute>`` (to ``</Execute>``), an answer (``<Answer>``
+       to the first ``</Answer>``, which is also where truncation stops a turn). Fences and
+       quotes are hidden; an answer's tags are prose and its body is the answer.
+
+    Linear in the turn's length, whatever the policy wrote (a megabyte of openers included).
+    """
+    text = strip_think(turn)
+    prose: list[str] = []
+    answers: list[str] = []
+    pos = 0
+    while pos <= len(text):
+        start = text.find(CODE_OPEN, pos)
+        stop = len(text) if start < 0 else start
+        _read_prose(text, pos, stop, prose, answers)
+        if start < 0:
+            break
+        end = text.find(CODE_CLOSE, start + len(CODE_OPEN))
+        if end < 0:
+            break
+        pos = end + len(CODE_CLOSE)
+    return TurnReading(tuple(prose), tuple(answers))
+
+
+# region opener -> its closing mark; an answer's body is kept, the others are hidden
+_REGIONS = {FENCE: FENCE, EXECUTE_OPEN: EXECUTE_CLOSE, ANSWER_OPEN: ANSWER_CLOSE}
+
+
+def _read_prose(text: str, pos: int, stop: int, prose: list[str], answers: list[str]) -> None:
+    """Step 3 of :func:`read_turn` over ``text[pos:stop]`` (text outside code blocks)."""
+    nxt = {opener: text.find(opener, pos, stop) for opener in _REGIONS}  # cached: linear overall
+    while pos < stop:
+        for opener, at in nxt.items():
+            if 0 <= at < pos:
+                nxt[opener] = at = text.find(opener, pos, stop)
+        found = [(at, opener) for opener, at in nxt.items() if at >= 0]
+        if not found:
+            prose.append(text[pos:stop])
+            return
+        at, opener = min(found)
+        prose.append(text[pos:at])
+        body = at + len(opener)
+        close = text.find(_REGIONS[opener], body, stop)
+        if opener == ANSWER_OPEN:
+            prose.append(ANSWER_OPEN)
+            if close < 0:
+                return  # an answer never closed: its body is no answer, and hides what follows
+            answers.append(text[body:close])
+            prose.append(ANSWER_CLOSE)
+        elif close < 0:
+            return
+        pos = close + len(_REGIONS[opener])
+
+
 def has_answer(action: str) -> bool:
-    return next(blocks(strip_think(action), ANSWER_OPEN, ANSWER_CLOSE), None) is not None
+    """True when the turn holds a complete ``<Answer>`` block opened in prose (:func:`read_turn`)."""
+    return bool(read_turn(action).answers)
 
 
 def extract_code_block(action: str) -> str | None:
@@ -92,11 +185,13 @@ def is_python_fenced(block: str) -> bool:
 
 
 def extract_answer(policy_turns: Iterable[str]) -> str | None:
-    """Final answer: the policy's last ``<Answer>`` block, text after its last ``Answer:``."""
+    """Final answer: the policy's last ``<Answer>`` block opened in prose (:func:`read_turn`),
+    text after its last ``Answer:``."""
     last = None
     for turn in policy_turns:
-        for block in blocks(strip_think(turn), ANSWER_OPEN, ANSWER_CLOSE):
-            last = block
+        answers = read_turn(turn).answers
+        if answers:
+            last = answers[-1]
     return answer_value(last)
 
 
@@ -112,9 +207,14 @@ def answer_value(text: str | None) -> str | None:
     return text
 
 
-def missing_gate_tags(policy_text: str) -> list[str]:
-    visible = strip_think(policy_text)
-    return [tag for tag in GATE_TAGS if tag not in visible]
+def missing_gate_tags(policy_turns: Sequence[str] | str) -> list[str]:
+    """The gate tags that appear in the prose of none of the policy's turns, in
+    :data:`GATE_TAGS` order. Each turn is read on its own (:func:`read_turn`), as the env read
+    it when it was played: a code block left open in one turn does not run into the next. A
+    single string is read as one turn."""
+    turns = [policy_turns] if isinstance(policy_turns, str) else policy_turns
+    prose = "\n".join(read_turn(turn).prose_text() for turn in turns)
+    return [tag for tag in GATE_TAGS if tag not in prose]
 
 
 def render_observation(output: str) -> str:

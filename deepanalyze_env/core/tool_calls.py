@@ -179,8 +179,8 @@ def from_tags(turn: str) -> str:
 
     analysis = "\n".join(b.strip() for b in protocol.blocks(turn, "<Analyze>", "</Analyze>"))
     code = protocol.extract_code(turn)
-    visible = protocol.strip_think(turn)
-    answer = next(protocol.blocks(visible, protocol.ANSWER_OPEN, protocol.ANSWER_CLOSE), None)
+    answers = protocol.read_turn(turn).answers  # an <Answer> written inside code is no answer
+    answer = answers[0] if answers else None
     if code is not None:
         call: ToolCall | None = ToolCall(RUN_PYTHON, code)
     elif answer is not None and answer.strip():

@@ -80,6 +80,7 @@ def context_from_record(record: dict[str, Any], judge: Any) -> RewardContext:
     return RewardContext(
         answer=protocol.extract_answer(policy_turns),
         policy_text="\n".join(policy_turns),
+        policy_turns=policy_turns,
         trajectory="".join(m.get("content") or "" for m in messages[start:]),
         messages=messages,
         ground_truth=spec.get("ground_truth"),

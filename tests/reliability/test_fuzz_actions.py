@@ -89,7 +89,8 @@ def check_step(env, action: str, out, fence_gate: bool) -> bool:
         ex = meta["exec"]
         assert set(ex) == {"status", "elapsed_ms", "truncated"}
         assert ex["status"] in EXEC_STATUSES
-        assert meta["code_pass"] == int(ex["status"] == "ok")
+        shown = out["observations"][0]["content"][len("\n<Execute>\n") : -len("\n</Execute>\n")]
+        assert meta["code_pass"] == int(ex["status"] == "ok" and bool(shown.strip()))  # §7 Code pass
         assert isinstance(ex["truncated"], bool) and ex["elapsed_ms"] >= 0
         if protocol.extract_code(cut) is None:
             assert ex["status"] == "no_code"
@@ -109,7 +110,7 @@ def check_step(env, action: str, out, fence_gate: bool) -> bool:
     assert meta["turns"] == len(env.policy_turns) == len(meta["code_pass"]) + 1
     policy_text = "\n".join(env.policy_turns)
     expected_gate = None
-    if protocol.missing_gate_tags(policy_text):
+    if protocol.missing_gate_tags(env.policy_turns):
         expected_gate = "tags"
     elif fence_gate and not all(protocol.is_python_fenced(b) for b in protocol.code_blocks(policy_text)):
         expected_gate = "fence"

@@ -238,7 +238,8 @@ def _contained(case: Case, workspace_root: Path) -> None:
         assert took < TIMEOUT_S + 2.0, f"{case.name} took {took:.1f}s"
         assert out["done"] is False and out["reward"] == 0.0
         assert meta["exec"]["status"] in case.statuses, observation[-500:]
-        assert meta["code_pass"] == int(meta["exec"]["status"] == "ok")
+        shown = observation[len("\n<Execute>\n") : -len("\n</Execute>\n")]
+        assert meta["code_pass"] == int(meta["exec"]["status"] == "ok" and bool(shown.strip()))
         assert observation.startswith("\n<Execute>\n") and observation.endswith("\n</Execute>\n")
         assert len(observation) < 25_000
         if case.says:
