@@ -102,12 +102,20 @@ def test_module_path_function_is_resolved_and_named_after_attr():
     assert out.reward == pytest.approx((0.25 + 0.5) / 2)
 
 
-def test_unknown_parameter_is_rejected():
-    with pytest.raises(RewardSpecError, match="unknown parameter 'answr'"):
+def test_a_misspelt_context_field_is_a_missing_argument_with_a_hint_at_build():
+    """A parameter that is not a context field is an argument of the function's own; without a
+    default and without ``args`` the plan refuses it, pointing at the field it resembles."""
 
-        @register_reward("test_bad_param")
-        def _bad(answr: str) -> float:
-            return 0.0
+    @register_reward("test_bad_param")
+    def _bad(answr: str) -> float:
+        return 0.0
+
+    with pytest.raises(RewardSpecError) as info:
+        RewardPlan.build({"method": "datatask", "function": ["test_bad_param"]})
+    assert str(info.value) == (
+        "reward_spec.function[0] (test_bad_param): missing argument 'answr' (test_bad_param takes: "
+        "answr: str); or did you mean the context field 'answer'?"
+    )
 
 
 def test_duplicate_component_names_are_rejected_at_build():
