@@ -146,7 +146,7 @@ def problem_for(name: str) -> str | None:
 
 def failures_note() -> str:
     """A clause for "unknown reward function" errors: module plugins that failed to import."""
-    return f"; plugins that failed to load: {'; '.join(_state.failures)}" if _state.failures else ""
+    return "".join(f"; {line}" for line in _state.failures)
 
 
 def problems() -> list[str]:

@@ -298,8 +298,8 @@ def resolve(ref: str) -> RewardFunction:
         + (f" (did you mean {hint[0]!r}?)" if hint else "")
         + f"; registered: {', '.join(sorted(_REGISTRY))}"
         + plugins.failures_note()
-        + " (a package of yours declares it as an entry point in the group "
-        + f"{plugins.GROUP!r}, or give a 'package.module:attr' path)"
+        + f"; add one as an entry point in the group {plugins.GROUP!r} of an installed package, "
+        + "or give a 'package.module:attr' path"
     )
 
 
