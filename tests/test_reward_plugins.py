@@ -150,6 +150,9 @@ ENV_SCRIPT = textwrap.dedent(
     (row,) = load_task_files([tasks], root)
     assert "deepanalyze_plugin_example" not in sys.modules  # nothing imported it
     env = DeepAnalyzeEnv({"workspace_root": root}, extras=env_extras(row))
+    if sys.argv[3:] == ["plan-only"]:  # the plan is built with the env; no kernel needed for it
+        print(json.dumps({"plan": env.plan.fingerprint()}))
+        sys.exit(0)
     env.init(row["prompt"])
     out = env.step("<Analyze>B.</Analyze>\\n<Answer>\\nAnswer: B\\n</Answer>")
     env.close()
@@ -178,7 +181,14 @@ def test_an_env_built_in_a_fresh_interpreter_resolves_the_plugin(
     changed = json.loads(json.dumps(SPEC))
     changed["function"][1]["args"]["limit"] = 2
     done = subprocess.run(
-        [sys.executable, "-c", ENV_SCRIPT, str(write_task(tmp_path, changed)), str(workspace_root)],
+        [
+            sys.executable,
+            "-c",
+            ENV_SCRIPT,
+            str(write_task(tmp_path, changed)),
+            str(workspace_root),
+            "plan-only",
+        ],
         env=child_env(plugin_dir),
         capture_output=True,
         text=True,
