@@ -72,11 +72,17 @@ def paired_items(
     return out
 
 
+def _clean(x: float) -> float:
+    """Rounded past float noise (a sum of equal stds is not exactly 0), without a negative zero."""
+    return round(x, 12) + 0.0
+
+
 def _difference(groups: list[list[float]]) -> dict[str, Any]:
     values = [v for g in groups for v in g]
+    ci = bootstrap_ci(groups)
     return {
-        "diff": sum(values) / len(values) if values else None,
-        "ci95": list(ci) if (ci := bootstrap_ci(groups)) is not None else None,
+        "diff": _clean(sum(values) / len(values)) if values else None,
+        "ci95": [_clean(ci[0]), _clean(ci[1])] if ci is not None else None,
         "n_cases": sum(1 for g in groups if g),
         "n_items": len(values),
     }
