@@ -7,13 +7,16 @@ from rewards import components as _components  # noqa: F401  (registers the buil
 from rewards import files as _files  # noqa: F401  (file_match)
 from rewards import recovery as _recovery  # noqa: F401  (recovery)
 from rewards.answers import ACCURACY_COMPONENTS, accuracy_component, is_accuracy_component
+from rewards.context import CONTEXT_FIELDS, RewardContext
 from rewards.methods import Method, get_method, register_method
-from rewards.plan import RewardContext, RewardOutcome, RewardPlan
+from rewards.plan import Plan, RewardOutcome, RewardPlan
 from rewards.registry import RewardSpecError, register_reward, registered_names, resolve
 
 __all__ = [
     "ACCURACY_COMPONENTS",
+    "CONTEXT_FIELDS",
     "Method",
+    "Plan",
     "RewardContext",
     "RewardOutcome",
     "RewardPlan",

@@ -14,69 +14,19 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from deepanalyze_env.core import protocol
+from rewards.context import RewardContext
 from rewards.methods import Method, get_method
-from rewards.registry import Noted, RewardFunction, RewardSpecError, resolve
+from rewards.registry import Noted, RewardFunction, RewardSpecError, check_args, resolve
+
+__all__ = ["FORMAT_GATE", "GATE_PENALTY", "Plan", "RewardContext", "RewardOutcome", "RewardPlan", "Scorer"]
 
 log = logging.getLogger(__name__)
 
 FORMAT_GATE = "format_gate"
 GATE_PENALTY = -1.0
-
-
-@dataclass
-class RewardContext:
-    """What a reward function may ask for: it names fields as parameters and gets only those.
-
-    Example::
-
-        @register_reward("short_answer")
-        def short_answer(answer: str | None) -> float:
-            return float(answer is not None and len(answer) < 200)
-    """
-
-    answer: str | None
-    """The final answer: text of the policy's last ``<Answer>`` block, after its last ``Answer:``."""
-    policy_text: str
-    """The policy's own turns joined by newlines (no observations)."""
-    trajectory: str
-    """Everything after the prompt, observations included, as the model saw it."""
-    messages: list[dict]
-    """The whole conversation: prompt messages, policy turns, observations."""
-    ground_truth: Any
-    """``reward_spec["ground_truth"]``."""
-    question: str | None
-    """The row's ``input_seq`` (what judges are shown as the task)."""
-    code_pass: list[int]
-    """Per code turn: 1 when the cell passed (profile rule), else 0."""
-    turns: int
-    """Policy turns taken."""
-    workspace: Path | None
-    """The episode's scratch folder (files the policy wrote); valid only while scoring."""
-    reward_spec: dict
-    """The row's whole reward spec (for per-task options such as tolerances)."""
-    judge: Any = None
-    """The episode's judge session, or None when the plan needs no judge."""
-    exec_statuses: list[str] = field(default_factory=list)
-    """Per code turn: its exec status (``ok``, ``error``, ``timeout``, ``crashed``, ``no_code``,
-    ``skipped``)."""
-    prefix_turns: int = 0
-    """Policy turns of the row's ``prefix`` (a recovery task); 0 for an ordinary row. Every other
-    field covers only the turns after the prefix (``messages`` excepted: the whole conversation)."""
-    action_format: str = "tags"
-    """How the policy acted: ``tags`` or ``tools`` (``env_config.action_format``); ``answer`` is
-    the ``submit_answer`` argument in ``tools``."""
-    tool_errors: list[str] = field(default_factory=list)
-    """``tools`` format: why each invalid tool call was invalid (any fails the format gate)."""
-    policy_turns: list[str] = field(default_factory=list)
-    """The policy's own turns, one string each (what ``policy_text`` joins): the format gate
-    reads each turn's protocol on its own. Empty: ``policy_text`` is read as one turn."""
-
-    def kwargs_for(self, fn: RewardFunction) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in fn.params}
 
 
 @dataclass
@@ -92,22 +42,117 @@ class RewardOutcome:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def _function_refs(reward_spec: Mapping) -> list[str]:
-    refs = reward_spec.get("function") or []
-    if isinstance(refs, str):
-        refs = [refs]
-    if not isinstance(refs, list | tuple) or not all(isinstance(r, str) for r in refs):
-        raise RewardSpecError(f"reward_spec.function must be a name or a list of names, got {refs!r}")
-    return list(refs)
+@dataclass(frozen=True)
+class FunctionRef:
+    """One ``reward_spec["function"]`` item, parsed: a name, or ``{"name", "args", "as"}``."""
+
+    name: str
+    args: Mapping[str, Any]
+    alias: str | None  # "as": the component name (a prefix for a multi-component function)
+    where: str  # "reward_spec.function[1]", for errors
+
+
+FUNCTION_KEYS = ("name", "args", "as")
+
+
+def function_refs(reward_spec: Mapping) -> list[FunctionRef]:
+    """The items of ``reward_spec["function"]``: a name, an object, or a list of either."""
+    raw = reward_spec.get("function") or []
+    items = [raw] if isinstance(raw, str | Mapping) else raw
+    if not isinstance(items, list | tuple):
+        raise RewardSpecError(
+            f"reward_spec.function must be a name, an object or a list of them, got {raw!r}"
+        )
+    refs = []
+    for index, item in enumerate(items):
+        where = f"reward_spec.function[{index}]"
+        if isinstance(item, str):
+            refs.append(FunctionRef(item, {}, None, where))
+            continue
+        if not isinstance(item, Mapping):
+            raise RewardSpecError(f'{where}: expected a name or {{"name", "args", "as"}}, got {item!r}')
+        unknown = sorted(set(item) - set(FUNCTION_KEYS))
+        if unknown:
+            raise RewardSpecError(f"{where}: unknown key(s) {', '.join(unknown)} (known: name, args, as)")
+        name, alias = item.get("name"), item.get("as")
+        if not isinstance(name, str) or not name:
+            raise RewardSpecError(f"{where}: 'name' must be a reward function name")
+        if alias is not None and (not isinstance(alias, str) or not alias or alias == FORMAT_GATE):
+            raise RewardSpecError(f"{where}: 'as' must be a component name other than {FORMAT_GATE!r}")
+        args = item.get("args")
+        refs.append(FunctionRef(name, args if args is not None else {}, alias, where))
+    return refs
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """A reward function as one plan calls it: its per-task arguments, and the component name(s)
+    it produces (``as`` renames them, so one function can appear twice with different arguments)."""
+
+    fn: RewardFunction
+    args: Mapping[str, Any]
+    alias: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The label its errors, notes and fingerprint use: ``as`` when given, else the function's name."""
+        return self.alias or self.fn.name
+
+    @property
+    def component_names(self) -> tuple[str, ...]:
+        return tuple(self.component(c) for c in self.fn.component_names)
+
+    def component(self, key: str) -> str:
+        """The plan's name for component ``key`` of the function's result."""
+        if self.alias is None:
+            return key
+        declared = self.fn.components
+        if (declared is not None and len(declared) > 1) or (declared is None and key != self.fn.name):
+            return f"{self.alias}.{key}"
+        return self.alias
+
+    def call(self, ctx: RewardContext) -> Any:
+        return self.fn.fn(**ctx.kwargs_for(self.fn), **self.args)
+
+    def identity(self) -> str:
+        """What the fingerprint records: the function, and its arguments and name when given."""
+        text = f"{self.fn.name}={self.fn.target}"
+        if self.args:
+            text += json.dumps(dict(self.args), sort_keys=True, default=repr)
+        return text + (f" as {self.alias}" if self.alias else "")
+
+
+@runtime_checkable
+class Plan(Protocol):
+    """What the env, ``rescore`` and the viewer use of a reward plan, whichever profile built it
+    (:class:`RewardPlan` for ``v1``, ``rewards.upstream.UpstreamPlan`` for ``upstream``)."""
+
+    @property
+    def needs_judge(self) -> list[str]:
+        """Registered names of the judge functions it calls (their rubrics must exist)."""
+        ...
+
+    @property
+    def weights(self) -> Mapping[str, float] | None:
+        """Weight per component; None: a plain mean of whatever components it produces."""
+        ...
+
+    def fingerprint(self) -> str:
+        """A hash of everything that decides the score (recorded as ``versions.reward_plan``)."""
+        ...
+
+    def score(self, ctx: RewardContext) -> RewardOutcome:
+        """The episode's verdict; raises only on a bug (the env makes that ``verifier_error``)."""
+        ...
 
 
 @dataclass
 class RewardPlan:
-    """A task's reward, built once at env construction from its ``reward_spec``: gate, functions,
-    weights — so a bad spec fails before any episode runs."""
+    """A task's reward, built once at env construction from its ``reward_spec``: gate, functions
+    with their arguments, weights — so a bad spec fails before any episode runs."""
 
     method: Method
-    functions: list[RewardFunction]
+    functions: list[Scorer]
     weights: dict[str, float]
 
     @classmethod
@@ -119,24 +164,31 @@ class RewardPlan:
                 "reward_spec.method is missing (qa | datatask | openresearch | a registered method)"
             )
         method = get_method(reward_spec["method"])
-        functions: list[RewardFunction] = []
-        seen_fns = set()
-        for ref in [*_function_refs(reward_spec), *method.builtins]:
-            fn = resolve(ref)
-            if id(fn.fn) in seen_fns:
+        refs = function_refs(reward_spec)
+        refs += [FunctionRef(name, {}, None, f"method {method.name}") for name in method.builtins]
+        functions: list[Scorer] = []
+        seen = set()
+        for ref in refs:
+            try:
+                fn = resolve(ref.name)
+            except RewardSpecError as exc:
+                raise RewardSpecError(f"{ref.where}: {exc}") from None
+            scorer = Scorer(fn, check_args(fn, ref.args, f"{ref.where} ({ref.name})"), ref.alias)
+            key = (id(fn.fn), json.dumps(dict(scorer.args), sort_keys=True, default=repr), ref.alias)
+            if key in seen:
                 continue  # a dataset naming a built-in component again (upstream rows do)
-            seen_fns.add(id(fn.fn))
-            functions.append(fn)
+            seen.add(key)
+            functions.append(scorer)
         names: dict[str, str] = {}
-        for fn in functions:
-            for comp in fn.component_names:
+        for scorer in functions:
+            for comp in scorer.component_names:
                 if comp == FORMAT_GATE or comp in names:
                     other = names.get(comp, "the format gate")
                     raise RewardSpecError(
-                        f"duplicate reward component {comp!r} (from {fn.name!r} and {other!r}); "
-                        "rename one of the functions"
+                        f"duplicate reward component {comp!r} (from {scorer.name!r} and {other!r}); "
+                        'rename one of the functions, or give one an "as" name in reward_spec.function'
                     )
-                names[comp] = fn.name
+                names[comp] = scorer.name
         weights = {comp: float(method.weights.get(comp, 1.0)) for comp in names}
         for comp, weight in (reward_spec.get("weights") or {}).items():
             if comp not in weights:
@@ -152,15 +204,15 @@ class RewardPlan:
 
     @property
     def needs_judge(self) -> list[str]:
-        return [fn.name for fn in self.functions if fn.needs_judge]
+        return list(dict.fromkeys(s.fn.name for s in self.functions if s.fn.needs_judge))
 
     def fingerprint(self) -> str:
-        """Hash of what determines scoring: method, functions, weights."""
+        """Hash of what determines scoring: method, functions (with their arguments), weights."""
         blob = json.dumps(
             {
                 "method": self.method.name,
                 "fence_gate": self.method.fence_gate,
-                "functions": [f"{fn.name}={fn.fn.__module__}:{fn.fn.__qualname__}" for fn in self.functions],
+                "functions": [s.identity() for s in self.functions],
                 "weights": self.weights,
             },
             sort_keys=True,
@@ -197,26 +249,26 @@ class RewardPlan:
             return RewardOutcome(GATE_PENALTY, penalty, "scored", False, gate, details=notes)
         components: dict[str, float] = {}
         errors: list[str] = []
-        results: dict[str, Any] = {}
-        pending = []
-        for fn in self.functions:
-            if fn.is_async:
-                pending.append(fn)
+        results: dict[int, Any] = {}
+        pending: list[int] = []
+        for index, scorer in enumerate(self.functions):
+            if scorer.fn.is_async:
+                pending.append(index)
                 continue
             try:
-                results[fn.name] = fn.fn(**ctx.kwargs_for(fn))
+                results[index] = scorer.call(ctx)
             except Exception as exc:
-                errors.append(f"{fn.name}: {type(exc).__name__}: {exc}")
+                errors.append(f"{scorer.name}: {type(exc).__name__}: {exc}")
         if pending:
-            results.update(self._run_async(pending, ctx, errors))
+            results.update(self._run_async([(i, self.functions[i]) for i in pending], ctx, errors))
         notes: dict[str, str] = {}
-        for fn in self.functions:
-            if fn.name in results:
-                value = results[fn.name]
+        for index, scorer in enumerate(self.functions):
+            if index in results:
+                value = results[index]
                 if isinstance(value, Noted):
-                    notes[fn.name] = str(value.note)
+                    notes[scorer.name] = str(value.note)
                     value = value.value
-                self._collect(fn, value, components, errors)
+                self._collect(scorer, value, components, errors)
         details = {"notes": notes} if notes else {}
         if errors:
             return RewardOutcome(0.0, components, "verifier_error", True, None, "; ".join(errors), details)
@@ -235,39 +287,42 @@ class RewardPlan:
         return RewardOutcome(reward, components, "scored", True, None, None, details)
 
     @staticmethod
-    def _run_async(fns: list[RewardFunction], ctx: RewardContext, errors: list[str]) -> dict[str, Any]:
+    def _run_async(
+        scorers: list[tuple[int, Scorer]], ctx: RewardContext, errors: list[str]
+    ) -> dict[int, Any]:
         from rewards.aio import run_sync
 
         async def gather():
-            return await asyncio.gather(*(fn.fn(**ctx.kwargs_for(fn)) for fn in fns), return_exceptions=True)
+            return await asyncio.gather(*(s.call(ctx) for _, s in scorers), return_exceptions=True)
 
-        out: dict[str, Any] = {}
-        for fn, value in zip(fns, run_sync(gather()), strict=True):
+        out: dict[int, Any] = {}
+        for (index, scorer), value in zip(scorers, run_sync(gather()), strict=True):
             if isinstance(value, BaseException):
-                errors.append(f"{fn.name}: {type(value).__name__}: {value}")
+                errors.append(f"{scorer.name}: {type(value).__name__}: {value}")
             else:
-                out[fn.name] = value
+                out[index] = value
         return out
 
     @staticmethod
-    def _collect(fn: RewardFunction, value: Any, components: dict[str, float], errors: list[str]) -> None:
+    def _collect(scorer: Scorer, value: Any, components: dict[str, float], errors: list[str]) -> None:
+        fn, label = scorer.fn, scorer.name
         if value is None:
             if not fn.optional:
-                errors.append(f"{fn.name}: returned None (a reward that could not be computed)")
+                errors.append(f"{label}: returned None (a reward that could not be computed)")
             return
         if isinstance(value, Mapping):
             expected = set(fn.component_names) if fn.components is not None else set(value)
             if set(value) != expected:
-                errors.append(f"{fn.name}: returned keys {sorted(value)}, declared {sorted(expected)}")
+                errors.append(f"{label}: returned keys {sorted(value)}, declared {sorted(expected)}")
                 return
-            items = list(value.items())
+            items = [(scorer.component(str(k)), v) for k, v in value.items()]
         else:
-            items = [(fn.component_names[0], value)]
+            items = [(scorer.component_names[0], value)]
         for name, raw in items:
             if name in components or name == FORMAT_GATE:
-                errors.append(f"{fn.name}: component {name!r} is produced twice")
+                errors.append(f"{label}: component {name!r} is produced twice")
                 continue
             if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
-                errors.append(f"{fn.name}: component {name!r} is not a finite number ({raw!r})")
+                errors.append(f"{label}: component {name!r} is not a finite number ({raw!r})")
                 continue
             components[name] = float(raw)

@@ -3,10 +3,15 @@
 Given the same trajectory and the same judge replies this gives the reward DeepAnalyze's RL
 environment gave (docs/design.md §8): gate and answer over the whole history *including*
 execution output, raw ``==`` after splitting on ``Answer:``, the ```python fence gate, the
-first ``SCORE:`` match as an integer, DeepAnalyze's component names (a scalar judge keyed by
+first ``SCORE:`` match, DeepAnalyze's component names (a scalar judge keyed by
 ``str(reward_spec["function"])``, so two scalar functions collide exactly as there), and a plain
 mean. Kept from v1: unknown function names fail at construction, and a judge failure — scored
 0.0 as upstream did — is flagged ``verifier_error`` instead of passing as a real 0.
+
+Judge replies are rendered, asked and read by the episode's :class:`~rewards.judge.JudgeSession`
+(with the profile's first-``SCORE:`` rule), the same code ``judge-eval`` scores through, so one
+reply is one score under both; a reply that rule cannot read (no score, a score out of the
+rubric's range) is a judge failure here too.
 """
 
 from __future__ import annotations
@@ -15,20 +20,17 @@ import asyncio
 import hashlib
 import json
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from deepanalyze_env.core import protocol
+from rewards.judge.parse import DIMENSIONS
 from rewards.plan import FORMAT_GATE, GATE_PENALTY, RewardContext, RewardOutcome
 from rewards.registry import RewardSpecError, resolve
 
 GATE_TAGS = protocol.GATE_TAGS  # the same four tags; upstream reads them over the whole history
 _ANSWER = re.compile(r"<Answer>(.*?)</Answer>", re.DOTALL)
-_SCORE = re.compile(r"SCORE\s*:\s*(\d+)", re.IGNORECASE)
-_FENCED = re.compile(r"```(?:json)?(.*?)```", re.DOTALL)
-DIMENSIONS = ("usefulness", "richness", "soundness", "interpretability", "readability")
 
 
 def upstream_answer(history: str) -> str:
@@ -55,21 +57,6 @@ def fence_ok(history: str) -> bool:
     return True
 
 
-def parse_first_score(reply: str) -> float:
-    match = _SCORE.search(reply)
-    if match is None:
-        raise ValueError("no SCORE: match in the judge reply")
-    return float(match.group(1)) / 5.0
-
-
-def parse_fenced_dimensions(reply: str) -> dict[str, float]:
-    match = _FENCED.search(reply)
-    if match is None:
-        raise ValueError("no fenced block in the judge reply")
-    data = json.loads(match.group(1))
-    return {dim: float(data[dim]) / 5.0 for dim in DIMENSIONS}
-
-
 @dataclass
 class UpstreamPlan:
     """DeepAnalyze's own reward computation (the ``upstream`` profile), reproduced so v1's fixes can be
@@ -91,7 +78,9 @@ class UpstreamPlan:
                 "profile upstream scores a plain mean; remove reward_spec.weights or use v1"
             )
         raw = reward_spec.get("function") or []
-        refs = [raw] if isinstance(raw, str) else list(raw)
+        refs = [raw] if isinstance(raw, str | Mapping) else list(raw)
+        if not all(isinstance(ref, str) for ref in refs):
+            raise RewardSpecError("profile upstream takes reward_spec.function as names only (no args)")
         functions = []
         if method != "qa":
             for ref in refs:
@@ -106,6 +95,11 @@ class UpstreamPlan:
     @property
     def needs_judge(self) -> list[str]:
         return ["judge_analysis"] if self.method == "qa" else list(self.functions)
+
+    @property
+    def weights(self) -> None:
+        """None: upstream scored a plain mean of whatever components an episode produced."""
+        return None
 
     @property
     def fence_gate(self) -> bool:
@@ -149,9 +143,8 @@ class UpstreamPlan:
         return RewardOutcome(reward, components, status, True, None, "; ".join(errors) or None)
 
     async def _judge(self, ctx: RewardContext, name: str, errors: list[str]) -> float | dict[str, float]:
-        """One judge call, parsed as upstream did; any failure scores 0.0 and is recorded."""
-        from rewards.judge.prompts import render
-
+        """One judge call through the episode's session, scaled as upstream did (/5); any failure
+        scores 0.0 and is recorded (the session keeps the call, reply and parse error)."""
         history = ctx.trajectory
         answer = upstream_answer(history)
         zero: float | dict[str, float] = dict.fromkeys(DIMENSIONS, 0.0) if name == "judge_opendomain" else 0.0
@@ -163,26 +156,13 @@ class UpstreamPlan:
             "judge_accuracy": {"question": ctx.question or "", "reference": reference, "candidate": answer},
             "judge_opendomain": {"question": ctx.question or "", "reference": reference, "candidate": answer},
         }[name]
-        session = ctx.judge
-        record: dict[str, Any] = {"rubric": name, "reply": None, "score": None, "error": None}
         try:
-            prompt = render(name, fields, session.client.settings.prompt_dir)
-            record["prompt_hash"] = prompt.prompt_hash
-            start = time.monotonic()
-            completion = await session.client.complete(prompt.text)
-            record.update(
-                reply=completion.text, latency_ms=(time.monotonic() - start) * 1000, cached=completion.cached
-            )
-            value = (
-                parse_fenced_dimensions(completion.text)
-                if name == "judge_opendomain"
-                else parse_first_score(completion.text)
-            )
-            record["score"] = value
-            return value
+            if ctx.judge is None:
+                raise RuntimeError(f"{name} needs a judge but none was configured (env_config.judge)")
+            verdict = await ctx.judge.evaluate(name, fields)
         except Exception as exc:
-            record["error"] = f"{type(exc).__name__}: {exc}"
             errors.append(f"{name}: {type(exc).__name__}: {exc}")
             return zero
-        finally:
-            session.calls.append(record)
+        if isinstance(verdict, dict):
+            return {dim: float(verdict[dim]) / 5.0 for dim in DIMENSIONS}
+        return float(verdict) / 5.0

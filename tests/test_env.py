@@ -320,3 +320,13 @@ def test_by_default_a_bad_row_fails_construction():
         make(Path("/nonexistent"), qa_extras(), row_errors="sometimes")
     with pytest.raises(ConfigError, match="workspace folder does not exist"):
         make(Path("/nonexistent"), qa_extras())
+
+
+def test_a_bad_reward_argument_fails_construction_with_one_line_naming_the_task(workspace_root):
+    spec = {"method": "verified", "function": [{"name": "answer_match", "args": {"tolerance": 0.5}}]}
+    with pytest.raises(ConfigError) as info:
+        make(workspace_root, qa_extras(task_id="t7", reward_spec=spec))
+    assert str(info.value) == (
+        "task 't7': reward_spec.function[0] (answer_match): unknown argument 'tolerance' "
+        "(answer_match takes: none)"
+    )

@@ -426,6 +426,125 @@ def test_shipped_fixtures_are_complete_and_run(tmp_path: Path, server: FakeJudge
     assert len(rows) == len(cases)
 
 
+# Two prompt sets, each candidate's replies per set (one per repeat; /5 is the score). Set B's
+# rubric file carries the marker RUBRIC-B, so the server knows which set a prompt comes from.
+COMPARE_REPLIES = {
+    "A": {
+        "c1-ref": (5, 3), "c1-pert": (3, 3), "c1-wrong": (1, 1),
+        "c2-ref": (3, 3), "c2-pert": (4, 4), "c2-wrong": (2, 2),
+        "c3-ref": (4, 4), "c3-pert": (4, 4), "c3-wrong": (None, None),
+    },
+    "B": {
+        "c1-ref": (5, 5), "c1-pert": (2, 2), "c1-wrong": (1, 1),
+        "c2-ref": (5, 5), "c2-pert": (3, 3), "c2-wrong": (1, 1),
+        "c3-ref": (5, 5), "c3-pert": (3, 3), "c3-wrong": (2, None),
+    },
+}  # fmt: skip
+
+
+def compare_server() -> FakeJudgeServer:
+    calls: dict[tuple[str, str], int] = {}
+
+    def reply(prompt: str) -> Reply:
+        which = "B" if "RUBRIC-B" in prompt else "A"
+        marker = next(m for m in COMPARE_REPLIES[which] if m in prompt)
+        n = calls.get((which, marker), 0)
+        calls[(which, marker)] = n + 1
+        value = COMPARE_REPLIES[which][marker][n % 2]
+        return Reply(text="no verdict here" if value is None else f"Weaknesses:\n- some\nSCORE: {value}")
+
+    return FakeJudgeServer(reply)
+
+
+def test_two_prompt_sets_are_compared_with_paired_differences_over_cases(tmp_path: Path, config: Path):
+    revised = tmp_path / "revised"
+    revised.mkdir()
+    text = prompt_path("judge_analysis").read_text()
+    (revised / "judge_analysis.md").write_text(text + "\nRUBRIC-B\n")
+    fixtures = write_jsonl(
+        tmp_path / "f.jsonl",
+        [
+            case(
+                c,
+                "judge_analysis",
+                ("reference", f"{c}-ref"),
+                ("perturbed", f"{c}-pert"),
+                ("wrong", f"{c}-wrong"),
+            )
+            for c in ("c1", "c2", "c3")
+        ],
+    )
+    out = tmp_path / "out"
+    with compare_server() as srv:
+        args = ["judge-eval", "--config", str(config), "--judge-base-url", srv.url, "--judge-model", "m"]
+        args += ["--fixtures", str(fixtures), "--repeats", "2", "--out", str(out)]
+        code = main([*args, "--prompt-dir", "shipped", "--prompt-dir", str(revised)])
+        assert srv.calls == 36  # 9 candidates x 2 repeats x 2 sets, on the same fixtures and judge
+    assert code == 0
+    result = json.loads((out / "compare.json").read_text())
+    assert (out / "shipped" / "report.json").is_file() and (out / "revised" / "cases.jsonl").is_file()
+    assert "Paired differences from shipped" in (out / "compare.md").read_text()
+    sets = {s["name"]: s for s in result["sets"]}
+    assert result["baseline"] == "shipped" and list(sets) == ["shipped", "revised"]
+    assert sets["shipped"]["prompt_dir"] is None and sets["revised"]["prompt_dir"] == str(revised)
+    # A: c1 1,1,1; c2 ref 0.6 < pert 0.8 -> 0, then 1, 1; c3 ref = pert -> 0.5 (wrong unscored) = 5.5/7
+    assert sets["shipped"]["ordering_accuracy"] == approx(5.5 / 7)
+    assert sets["revised"]["ordering_accuracy"] == approx(1.0)
+    assert sets["shipped"]["parse_failure_rate"] == approx(2 / 18)
+    assert sets["revised"]["parse_failure_rate"] == approx(1 / 18)
+    # std over repeats: A's c1-ref is stdev(1.0, 0.6) over 8 candidates with two scores; B's are all 0
+    assert sets["shipped"]["score_std_across_repeats"] == approx(statistics.stdev([1.0, 0.6]) / 8)
+    assert sets["revised"]["score_std_across_repeats"] == approx(0.0)
+    (diff,) = result["differences"]
+    assert (diff["set"], diff["minus"]) == ("revised", "shipped")
+    m = diff["metrics"]
+    # paired pairs: c1 [0, 0, 0], c2 [1, 0, 0], c3 only ref>pert [1 - 0.5]
+    assert m["ordering_accuracy"]["diff"] == approx(1.5 / 7) and m["ordering_accuracy"]["n_items"] == 7
+    low, high = m["ordering_accuracy"]["ci95"]
+    assert 0.0 <= low <= 1.5 / 7 <= high <= 0.5  # a resample's mean lies between c1's 0 and c3's 0.5
+    # every sample answered in both sets: c3-wrong's two repeats differ by -1 and 0
+    assert m["parse_failure_rate"]["diff"] == approx(-1 / 18) and m["parse_failure_rate"]["n_items"] == 18
+    low, high = m["parse_failure_rate"]["ci95"]
+    assert -1 / 6 - 1e-9 <= low <= -1 / 18 <= high <= 0.0  # (reported rounded to 12 decimals)
+    noise = m["score_std_across_repeats"]  # c3-wrong has one score in B: left out of the pairing
+    assert noise["diff"] == approx(-statistics.stdev([1.0, 0.6]) / 8) and noise["n_items"] == 8
+    assert noise["n_cases"] == 3
+
+
+def test_a_prompt_dir_that_does_not_exist_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture):
+    code = main(
+        ["judge-eval", "--out", str(tmp_path / "o"), "--prompt-dir", "shipped", "--prompt-dir", "nope"]
+    )
+    assert (
+        code == 2
+        and "--prompt-dir: no such folder nope (or 'shipped' for the shipped prompts)"
+        in " ".join(capsys.readouterr().out.split())
+    )
+
+
+def test_the_upstream_profile_and_judge_eval_read_one_reply_as_one_score(
+    tmp_path: Path, workspace_root: Path, config: Path
+):
+    """The upstream plan scores through the JudgeSession judge-eval uses: "SCORE: 4.5" is 0.9 in
+    both (upstream's own integer regex read 4, 0.8, in training only)."""
+    from deepanalyze_env.core.env import DeepAnalyzeEnv
+
+    fixtures = write_jsonl(tmp_path / "f.jsonl", [case("u", "judge_analysis", ("reference", "u-ref"))])
+    (tmp_path / "up.yaml").write_text("profile: upstream\njudge:\n  max_retries: 0\n")
+    with FakeJudgeServer(Reply(text="Weaknesses:\n- few\nSCORE: 4.5")) as srv:
+        code, report, _ = run(srv, tmp_path / "up.yaml", tmp_path / "o", "--fixtures", str(fixtures))
+        judge = {"backend": "openai", "base_url": srv.url, "model": "m", "max_retries": 0}
+        env = DeepAnalyzeEnv(
+            {"workspace_root": str(workspace_root), "profile": "upstream", "judge": judge},
+            extras={"reward_spec": {"method": "qa", "ground_truth": "B"}, "input_seq": "Which store?"},
+        )
+        env.init([{"role": "user", "content": "Which store?"}])
+        out = env.step("<Analyze>plan</Analyze>\n<Answer>Answer: B</Answer>")
+        env.close()
+    assert code == 0 and report["per_label_mean"]["reference"] == approx(0.9)
+    assert out["metadata"]["reward_components"]["qa_analysisc_reward"] == approx(0.9)
+
+
 @pytest.mark.slow
 def test_transformers_backend_on_embedded_smollm2(tmp_path: Path):
     """The local-model path end to end on one short candidate (its score is not the point)."""

@@ -3,7 +3,9 @@
 Blocks are read from README.md in order. ``python`` blocks run in a fresh interpreter from the
 repository root (their paths, ``data``, are the repository's). ``yaml`` blocks are configuration:
 each top-level key is one snippet, checked by the loader that reads it (``judge`` by the env
-config, ``curriculum`` by the curriculum config). ``bash`` blocks run in order with ``bash -e``
+config, ``curriculum`` by the curriculum config). ``toml`` blocks are ``pyproject.toml`` excerpts:
+they must parse, and a reward entry-point table must use the group the plugin loader reads with
+``module:function`` (or ``module``) values. ``bash`` blocks run in order with ``bash -e``
 in one scratch folder that links the repository's ``data``, ``recipes`` and ``examples``, with a scripted
 teacher and judge on 127.0.0.1 behind ``$POLICY_URL`` / ``$JUDGE_URL`` (the README's variables),
 so a later block reads what an earlier one wrote. A block that cannot run here (installs, GPUs,
@@ -30,7 +32,7 @@ from rewards.judge.fake_server import FakeJudgeServer, Reply
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 MARKER = re.compile(r"<!--\s*readme-test:\s*skip:\s*(?P<reason>.*?)\s*-->")
-RUNNERS = ("python", "yaml", "bash")
+RUNNERS = ("python", "yaml", "toml", "bash")
 
 
 @dataclass
@@ -82,7 +84,7 @@ def test_every_block_runs_or_says_why_not(capsys):
         print(f"\nREADME blocks: {ran} run, {len(skipped)} skipped, {len(text)} text")
         for b in skipped:
             print(f"  skipped {b}: {b.skip}")
-    assert _runnable("python") and _runnable("yaml") and _runnable("bash")
+    assert _runnable("python") and _runnable("yaml") and _runnable("toml") and _runnable("bash")
 
 
 @pytest.mark.parametrize("block", _runnable("python"), ids=str)
@@ -124,6 +126,20 @@ def test_yaml_block_is_accepted_by_its_loader(block):
             CurriculumConfig.from_mapping(value, "README")
         else:  # an env_config key (judge, executor, …): the env config refuses unknown keys
             EnvConfig.from_any({key: value})
+
+
+@pytest.mark.parametrize("block", _runnable("toml"), ids=str)
+def test_toml_block_parses_and_declares_reward_entry_points_the_loader_reads(block):
+    import tomllib
+
+    from rewards.plugins import GROUP
+
+    tree = tomllib.loads(block.code)
+    groups = tree.get("project", {}).get("entry-points", {})
+    assert groups, f"{block}: no [project.entry-points.…] table"
+    assert set(groups) == {GROUP}, f"{block}: entry-point group(s) {sorted(groups)}, the loader reads {GROUP}"
+    for name, value in groups[GROUP].items():
+        assert re.fullmatch(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?", value), f"{block}: {name} = {value!r}"
 
 
 def scripted_teacher(prompt: str) -> Reply:

@@ -11,6 +11,7 @@ import pytest
 from deepanalyze_env.cli import main
 from deepanalyze_env.core.records import load_run, read_records
 from deepanalyze_env.offline.rescore import context_from_record
+from rewards import register_reward
 from rewards.judge.fake_server import FakeJudgeServer, Reply
 from tests.conftest import code
 
@@ -122,19 +123,28 @@ def test_rescore_after_a_judge_that_first_fails_then_works(tmp_path: Path, works
     assert json.loads((run / "stats.json").read_text())["status_counts"] == {"scored": 4}
 
 
-@pytest.mark.parametrize("profile", ["v1", "upstream"])
+@pytest.mark.parametrize(
+    ("profile", "action_format"), [("v1", "tags"), ("upstream", "tags"), ("v1", "tools")]
+)
 def test_rescore_all_with_the_same_judge_reproduces_the_original_scores(
-    tmp_path: Path, workspace_root: Path, profile: str
+    tmp_path: Path, workspace_root: Path, profile: str, action_format: str
 ):
+    """``tools``: the context is rebuilt in the format the episode was played in (the tools gate,
+    the submit_answer argument), so a tools episode re-scores to its live reward."""
     with FakeJudgeServer(SCORE_4) as judge:
-        judge.script(SCORE_2, match="Answer: A")  # a different verdict per trajectory
-        (tmp_path / "p.yaml").write_text(f"profile: {profile}\n")
+        judge.script(SCORE_2, match="Store A leads")  # a different verdict per trajectory
+        (tmp_path / "p.yaml").write_text(f"profile: {profile}\naction_format: {action_format}\n")
         run = rollout(tmp_path, workspace_root, judge, "--config", str(tmp_path / "p.yaml"))
         collected = {r["episode_id"]: r for r in read_records(run / "episodes.jsonl")}
+        assert len(collected) == 4
+        if action_format == "tools":  # the episodes were played with calls, and 2 answered right
+            assert all(any(m.get("tool_calls") for m in r["messages"]) for r in collected.values())
+            assert sorted(r["reward_components"]["qa_accuracy"] for r in collected.values()) == [0, 0, 1, 1]
         (tmp_path / "env.yaml").write_text(f"profile: {profile}\njudge:\n  max_retries: 0\n")
         assert rescore(run, judge.url) == 0 and not list(run.glob("rescored-*.jsonl"))  # none failed
         assert rescore(run, judge.url, "--all") == 0
     [path] = run.glob("rescored-*.jsonl")
+    assert len(read_records(path)) == 4
     for after in read_records(path):
         before = collected[after["episode_id"]]
         assert before["reward_status"] == after["reward_status"] == "scored"
@@ -180,7 +190,50 @@ def test_context_from_record_finds_the_policy_turns_after_a_few_shot_prompt():
     assert ctx.trajectory.startswith("<Analyze>a</Analyze>") and ctx.trajectory.endswith("Answer: 2</Answer>")
 
 
-def test_rescore_without_a_judge_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture):
-    (tmp_path / "run").mkdir()
-    assert main(["rescore", str(tmp_path / "run")]) == 2
-    assert capsys.readouterr().out.startswith("error: rescore needs a judge")
+def test_rescore_without_a_judge_is_one_line_error_when_a_plan_needs_one(
+    tmp_path: Path, workspace_root: Path, capsys: pytest.CaptureFixture
+):
+    with FakeJudgeServer(Reply(status=503, text="down")) as judge:
+        run = rollout(tmp_path, workspace_root, judge)  # qa: judge_analysis, all verifier_error
+    capsys.readouterr()
+    assert main(["rescore", str(run)]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("error: these episodes' reward plans need a judge (judge_analysis)")
+    assert not list(run.glob("rescored-*.jsonl"))
+
+
+BROKEN = {"raise": True}  # the state of the scorer below: broken at collection time, fixed later
+
+
+@register_reward("test_rescore_flaky_len")
+def _flaky_len(answer: str | None) -> float:
+    if BROKEN["raise"]:
+        raise RuntimeError("scorer bug")
+    return float(answer is not None and len(answer) == 1)
+
+
+def test_a_plan_without_a_judge_rescores_without_one_once_its_function_is_fixed(
+    tmp_path: Path, workspace_root: Path
+):
+    """No judge flags at all: a reward function that raised live is recomputed from the record."""
+    tasks, trajectories = write_inputs(tmp_path)
+    spec = {"method": "verified", "ground_truth": "B", "function": ["answer_match", "test_rescore_flaky_len"]}
+    rows = [json.loads(x) for x in tasks.read_text().splitlines()]
+    rows = [{**r, "method": "verified", "reward_spec": spec} for r in rows]
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    args = ["rollout", "--tasks", str(tasks), "--trajectories", str(trajectories), "--labels", "good"]
+    BROKEN["raise"] = True
+    assert main([*args, "--workspace-root", str(workspace_root), "--out", str(out)]) == 0
+    collected = read_records(out / "episodes.jsonl")
+    assert {r["reward_status"] for r in collected} == {"verifier_error"}
+    BROKEN["raise"] = False
+    assert main(["rescore", str(out)]) == 0
+    [path] = out.glob("rescored-*.jsonl")
+    after = {r["task_id"]: r for r in read_records(path)}
+    # t0 answers B (right), t1 answers A (wrong); both answers are one character long
+    assert after["t0"]["reward_components"] == {"answer_match": 1.0, "test_rescore_flaky_len": 1.0}
+    assert after["t1"]["reward_components"] == {"answer_match": 0.0, "test_rescore_flaky_len": 1.0}
+    assert (after["t0"]["reward"], after["t1"]["reward"]) == (1.0, 0.5)
+    assert after["t0"]["rescore"]["recomputed"] == ["test_rescore_flaky_len"]
+    assert after["t0"]["rescore"]["judge"] is None and after["t0"]["versions"]["judge_model"] is None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Literal
+
 import pytest
 
 from rewards import RewardContext, RewardPlan, RewardSpecError, register_reward
@@ -102,12 +105,20 @@ def test_module_path_function_is_resolved_and_named_after_attr():
     assert out.reward == pytest.approx((0.25 + 0.5) / 2)
 
 
-def test_unknown_parameter_is_rejected():
-    with pytest.raises(RewardSpecError, match="unknown parameter 'answr'"):
+def test_a_misspelt_context_field_is_a_missing_argument_with_a_hint_at_build():
+    """A parameter that is not a context field is an argument of the function's own; without a
+    default and without ``args`` the plan refuses it, pointing at the field it resembles."""
 
-        @register_reward("test_bad_param")
-        def _bad(answr: str) -> float:
-            return 0.0
+    @register_reward("test_bad_param")
+    def _bad(answr: str) -> float:
+        return 0.0
+
+    with pytest.raises(RewardSpecError) as info:
+        RewardPlan.build({"method": "datatask", "function": ["test_bad_param"]})
+    assert str(info.value) == (
+        "reward_spec.function[0] (test_bad_param): missing argument 'answr' (test_bad_param takes: "
+        "answr: str); or did you mean the context field 'answer'?"
+    )
 
 
 def test_duplicate_component_names_are_rejected_at_build():
@@ -195,3 +206,121 @@ def test_plan_fingerprint_changes_with_weights():
     a = RewardPlan.build({"method": "qa"}).fingerprint()
     b = RewardPlan.build({"method": "qa", "weights": {"qa_exact": 1}}).fingerprint()
     assert a != b and a == RewardPlan.build({"method": "qa"}).fingerprint()
+
+
+# ---------------------------------------------------------------------------- per-task arguments
+
+
+@register_reward("test_within")
+def _within(answer: str | None, limit: int, mode: Literal["chars", "words"] = "chars") -> float:
+    size = len(answer or "") if mode == "chars" else len((answer or "").split())
+    return float(size <= limit)
+
+
+@register_reward("test_weights_arg", components=("w_first", "w_rest"))
+def _weights_arg(turns: int, scale: float = 1.0, tags: list[str] | None = None) -> dict[str, float]:
+    return {"w_first": min(1.0, scale), "w_rest": float(len(tags or []))}
+
+
+def within(args: dict, alias: str | None = None) -> dict:
+    item = {"name": "test_within", "args": args}
+    return {**item, "as": alias} if alias else item
+
+
+def test_arguments_are_passed_per_item_and_one_function_may_appear_twice_under_as():
+    spec = {"method": "verified", "function": [within({"limit": 1}), within({"limit": 0}, "empty")]}
+    out = RewardPlan.build(spec).score(ctx(answer="5"))  # len("5") = 1: within 1, not within 0
+    assert out.components == {"test_within": 1.0, "empty": 0.0}
+    assert out.reward == 0.5
+
+
+def test_as_prefixes_the_components_of_a_multi_component_function():
+    spec = {
+        "method": "verified",
+        "function": [{"name": "test_weights_arg", "args": {"tags": ["a"]}, "as": "x"}],
+    }
+    plan = RewardPlan.build(spec)
+    assert plan.weights == {"x.w_first": 1.0, "x.w_rest": 1.0}
+    assert plan.score(ctx()).components == {"x.w_first": 1.0, "x.w_rest": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"limit": 2, "limt": 3}, "unknown argument 'limt' (test_within takes: limit: int, mode: "),
+        ({}, "missing argument 'limit'"),
+        ({"limit": "2"}, "argument 'limit' must be int, got '2'"),
+        ({"limit": True}, "argument 'limit' must be int, got True"),
+        ({"limit": 2, "mode": "lines"}, "argument 'mode' must be Literal['chars', 'words'], got 'lines'"),
+        ({"limit": 2, "answer": "x"}, "'answer' is a context field the env passes; it cannot be set in args"),
+    ],
+)
+def test_bad_arguments_fail_when_the_plan_is_built_with_one_line_naming_the_item(args, message):
+    with pytest.raises(RewardSpecError) as info:
+        RewardPlan.build({"method": "verified", "function": ["qa_accuracy", within(args)]})
+    text = str(info.value)
+    assert text.startswith("reward_spec.function[1] (test_within): ") and message in text
+    assert "\n" not in text
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"scale": 2}, {"scale": 0.5, "tags": ["a", "b"]}, {"tags": None}],
+)
+def test_arguments_of_their_annotated_types_are_accepted(args):
+    RewardPlan.build({"method": "verified", "function": [{"name": "test_weights_arg", "args": args}]})
+
+
+@pytest.mark.parametrize("args", [{"scale": "2"}, {"tags": ["a", 1]}, {"tags": "a"}])
+def test_arguments_of_other_types_are_refused(args):
+    with pytest.raises(RewardSpecError, match="must be"):
+        RewardPlan.build({"method": "verified", "function": [{"name": "test_weights_arg", "args": args}]})
+
+
+def test_the_same_function_twice_without_as_is_a_duplicate_component():
+    spec = {"method": "verified", "function": [within({"limit": 1}), within({"limit": 2})]}
+    with pytest.raises(RewardSpecError, match=r"duplicate reward component 'test_within'.*\"as\" name"):
+        RewardPlan.build(spec)
+
+
+def test_arguments_and_as_names_are_part_of_the_fingerprint():
+    def fingerprint(*items) -> str:
+        return RewardPlan.build({"method": "verified", "function": list(items)}).fingerprint()
+
+    one = fingerprint(within({"limit": 1}))
+    assert one == fingerprint(within({"limit": 1}))
+    assert one != fingerprint(within({"limit": 2}))
+    assert one != fingerprint(within({"limit": 1}, "short"))
+    assert fingerprint("qa_accuracy") == fingerprint({"name": "qa_accuracy"})  # the plain name is the same
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ({"name": "test_within", "arg": {}}, "unknown key(s) arg"),
+        ({"args": {}}, "'name' must be a reward function name"),
+        ({"name": "test_within", "args": {"limit": 1}, "as": "format_gate"}, "'as' must be a component name"),
+        ({"name": "test_within", "args": [1]}, "args must be an object"),
+        (3, "expected a name or"),
+    ],
+)
+def test_malformed_function_items_are_refused(item, message):
+    with pytest.raises(RewardSpecError, match=re.escape(message)):
+        RewardPlan.build({"method": "verified", "function": [item]})
+
+
+def test_context_fields_are_the_dataclass_fields():
+    """One definition: every field of RewardContext may be asked for, and nothing else."""
+    from dataclasses import fields
+
+    from rewards import CONTEXT_FIELDS
+
+    assert {f.name for f in fields(RewardContext)} == CONTEXT_FIELDS
+    assert {"action_format", "tool_errors", "prefix_turns"} <= CONTEXT_FIELDS
+
+    @register_reward("test_reads_tools")
+    def _reads(action_format: str, tool_errors: list[str]) -> float:
+        return float(action_format == "tools" and not tool_errors)
+
+    fn = RewardPlan.build({"method": "verified", "function": ["test_reads_tools"]}).functions[0].fn
+    assert fn.params == ("action_format", "tool_errors") and fn.own == ()

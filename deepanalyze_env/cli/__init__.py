@@ -14,6 +14,7 @@ COMMANDS = (
     "rollout",
     "eval",
     "judge_eval",
+    "rewards",
     "stats",
     "rescore",
     "recover",

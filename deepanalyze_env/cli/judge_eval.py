@@ -3,7 +3,10 @@
 Runs every fixture candidate through the judge exactly as the environment would score it and
 writes ordering accuracy, noise across repeats, parse-failure rate and latency to ``--out``.
 The ``--min-…``/``--max-…`` gates make the exit code 1 when the judge falls short, so a prompt
-edit can be checked in CI before anyone spends GPU hours on it.
+edit can be checked in CI before anyone spends GPU hours on it. ``--prompt-dir`` given two or
+more times scores each prompt set on the same fixtures with the same judge, writes each set's
+report under ``--out/<set>/`` and ``compare.{json,md}`` with paired differences from the first
+set and 95 % intervals over fixture cases.
 """
 
 from __future__ import annotations
@@ -59,7 +62,11 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--judge-temperature", type=float, metavar="T", help="judge sampling temperature")
     p.add_argument(
-        "--prompt-dir", metavar="DIR", help="rubric prompt files to evaluate instead of the shipped ones"
+        "--prompt-dir",
+        action="append",
+        metavar="DIR",
+        help="rubric prompt files to evaluate instead of the shipped ones ('shipped' names those); "
+        "twice or more: compare the sets side by side (paired differences from the first)",
     )
     p.add_argument(
         "--min-ordering-accuracy", type=float, metavar="X", help="exit 1 when ordering accuracy is below X"
@@ -90,9 +97,27 @@ def _check_args(args: argparse.Namespace) -> Path:
             raise UsageError(f"{flag} must be between 0 and 1, got {value:g}")
     if args.judge_temperature is not None and args.judge_temperature < 0:
         raise UsageError(f"--judge-temperature must be >= 0, got {args.judge_temperature:g}")
-    if args.prompt_dir is not None and not Path(args.prompt_dir).is_dir():
-        raise UsageError(f"--prompt-dir: no such folder {args.prompt_dir}")
+    for folder in args.prompt_dir or []:
+        if folder != SHIPPED and not Path(folder).is_dir():
+            raise UsageError(f"--prompt-dir: no such folder {folder} (or 'shipped' for the shipped prompts)")
     return out
+
+
+SHIPPED = "shipped"  # the --prompt-dir value naming the shipped prompts (a folder so named: ./shipped)
+
+
+def prompt_sets(args: argparse.Namespace, judge: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(name, prompt_dir) per set: the --prompt-dir values in order (None for the shipped prompts),
+    or the config's judge.prompt_dir alone. Names are folder names, made unique."""
+    given = args.prompt_dir or [judge.get("prompt_dir") or SHIPPED]
+    sets: list[tuple[str, str | None]] = []
+    for folder in given:
+        base = SHIPPED if folder == SHIPPED else (Path(folder).resolve().name or "prompts")
+        name, n = base, 2
+        while name in {s[0] for s in sets}:
+            name, n = f"{base}-{n}", n + 1
+        sets.append((name, None if folder == SHIPPED else folder))
+    return sets
 
 
 def judge_env_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -103,8 +128,8 @@ def judge_env_config(args: argparse.Namespace) -> dict[str, Any]:
     judge = dict(env_config.get("judge") or {})
     if args.judge_temperature is not None:
         judge["temperature"] = args.judge_temperature
-    if args.prompt_dir is not None:
-        judge["prompt_dir"] = args.prompt_dir
+    if args.prompt_dir and len(args.prompt_dir) == 1:
+        judge["prompt_dir"] = None if args.prompt_dir[0] == SHIPPED else args.prompt_dir[0]
     if judge.get("backend") == "transformers" and "concurrency" not in judge:
         # A local model generates one call at a time; queued calls would spend their timeout
         # waiting for the model, so send them one by one unless told otherwise.
@@ -114,31 +139,10 @@ def judge_env_config(args: argparse.Namespace) -> dict[str, Any]:
     return env_config
 
 
-def cmd_judge_eval(args: argparse.Namespace) -> int:
-    from deepanalyze_env.core.config import EnvConfig
-    from deepanalyze_env.core.profiles import PROFILES
-    from deepanalyze_env.offline.judge_eval import (
-        Sample,
-        check_thresholds,
-        evaluate_cases,
-        load_fixtures,
-        prompt_set,
-        run_samples,
-        write_outputs,
-    )
-    from rewards.judge import get_judge_client
+def _cases(args: argparse.Namespace) -> tuple[list[Any], list[Any], list[str]]:
+    """The fixture cases, the lines skipped (printed) and the paths read; none usable is a usage error."""
+    from deepanalyze_env.offline.judge_eval import load_fixtures
 
-    start = time.monotonic()
-    out = _check_args(args)
-    env_config = judge_env_config(args)
-    config = EnvConfig.from_any(env_config)
-    if not config.judge.configured:
-        raise UsageError(
-            "no judge configured: give --judge-base-url and --judge-model (an OpenAI-compatible "
-            "endpoint), --judge-backend transformers --judge-model PATH, or a --config with a judge section"
-        )
-    client = get_judge_client(config.judge)  # a bad judge setting is a one-line error (exit 2)
-    settings = client.settings
     fixture_paths = args.fixtures or [str(SHIPPED_DATA / "judge_fixtures")]
     try:
         cases, bad_lines = load_fixtures(fixture_paths)
@@ -153,10 +157,35 @@ def cmd_judge_eval(args: argparse.Namespace) -> int:
             else ""
         )
         raise UsageError(f"no usable fixture case in {', '.join(map(str, fixture_paths))}{first}")
-    prompt_set(settings.prompt_dir, cases, [])  # a missing or broken prompt file stops us here
+    return cases, bad_lines, fixture_paths
 
-    total = sum(len(case.candidates) for case in cases) * args.repeats
+
+def cmd_judge_eval(args: argparse.Namespace) -> int:
+    from deepanalyze_env.core.config import EnvConfig
+    from deepanalyze_env.core.profiles import PROFILES
+    from deepanalyze_env.offline.judge_eval import Sample, prompt_set, run_samples
+    from rewards.judge import get_judge_client
+
+    start = time.monotonic()
+    out = _check_args(args)
+    env_config = judge_env_config(args)
+    config = EnvConfig.from_any(env_config)
+    if not config.judge.configured:
+        raise UsageError(
+            "no judge configured: give --judge-base-url and --judge-model (an OpenAI-compatible "
+            "endpoint), --judge-backend transformers --judge-model PATH, or a --config with a judge section"
+        )
+    cases, bad_lines, fixture_paths = _cases(args)
+    clients = []
+    for name, folder in prompt_sets(args, env_config["judge"]):
+        # a bad judge setting, or a missing or broken prompt file, is a one-line error before any call
+        client = get_judge_client({**env_config["judge"], "prompt_dir": folder})
+        prompt_set(client.settings.prompt_dir, cases, [])
+        clients.append((name, client))
+
+    total = sum(len(case.candidates) for case in cases) * args.repeats * len(clients)
     counts = {"scored": 0, "parse_error": 0, "call_error": 0, "error": 0}
+    sampled = []
     with progress_bar("judge-eval", total=total, console=console) as (progress, bar):
 
         def done(sample: Sample) -> None:
@@ -164,10 +193,31 @@ def cmd_judge_eval(args: argparse.Namespace) -> int:
             info = f"parse failures {counts['parse_error']}, errors {counts['call_error'] + counts['error']}"
             progress.update(bar, advance=1, info=info)
 
-        samples = run_samples(
-            cases, client, repeats=args.repeats, score_rule=PROFILES[config.profile].score_rule, on_done=done
-        )
+        for name, client in clients:
+            rule = PROFILES[config.profile].score_rule
+            sampled.append(
+                (
+                    name,
+                    client,
+                    run_samples(cases, client, repeats=args.repeats, score_rule=rule, on_done=done),
+                )
+            )
 
+    context = {"config": config, "fixtures": fixture_paths, "bad_lines": bad_lines, "start": start}
+    runs = [_report_set(args, name, client, cases, samples, context) for name, client, samples in sampled]
+    if len(runs) == 1:
+        return _finish_single(args, out, runs[0], sampled[0][2])
+    return _finish_compare(args, out, runs, cases)
+
+
+def _report_set(
+    args: argparse.Namespace, name: str, client: Any, cases: list[Any], samples: list[Any], context: dict
+) -> Any:
+    """One prompt set's report (report.json's content) and case rows."""
+    from deepanalyze_env.offline.judge_eval import check_thresholds, evaluate_cases, prompt_set
+    from deepanalyze_env.offline.judge_eval.compare import SetRun
+
+    settings = client.settings
     rows, metrics = evaluate_cases(cases, samples)
     gates = check_thresholds(metrics, args.min_ordering_accuracy, args.max_parse_failure_rate)
     prompts = prompt_set(settings.prompt_dir, cases, samples)
@@ -183,17 +233,24 @@ def cmd_judge_eval(args: argparse.Namespace) -> int:
         "base_url": judge["base_url"],
         "temperature": judge["temperature"],
         "max_tokens": judge["max_tokens"],
-        "profile": config.profile,
+        "profile": context["config"].profile,
         "repeats": args.repeats,
-        "fixtures": [str(p) for p in fixture_paths],
-        "n_bad_lines": len(bad_lines),
-        "bad_lines": [bad.as_dict() for bad in bad_lines],
+        "fixtures": [str(p) for p in context["fixtures"]],
+        "n_bad_lines": len(context["bad_lines"]),
+        "bad_lines": [bad.as_dict() for bad in context["bad_lines"]],
         "thresholds": gates,
         "passed": all(gate["passed"] for gate in gates.values()),
-        "elapsed_s": round(time.monotonic() - start, 3),
+        "elapsed_s": round(time.monotonic() - context["start"], 3),
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
-    write_outputs(out, report, rows)
+    return SetRun(name, settings.prompt_dir, report, rows)
+
+
+def _finish_single(args: argparse.Namespace, out: Path, run: Any, samples: list[Any]) -> int:
+    from deepanalyze_env.offline.judge_eval import write_outputs
+
+    report = run.report
+    write_outputs(out, report, run.rows)
     print_summary(report)
     if report["n_scored"] == 0:
         first = next((s.error for s in samples if s.error), "no sample was scored")
@@ -204,6 +261,58 @@ def cmd_judge_eval(args: argparse.Namespace) -> int:
         f"report written under [bold]{out}[/bold] (report.md, report.json, cases.jsonl, scores.png)"
     )
     return 0 if report["passed"] else 1
+
+
+def _finish_compare(args: argparse.Namespace, out: Path, runs: list[Any], cases: list[Any]) -> int:
+    from deepanalyze_env.offline.judge_eval import write_outputs
+    from deepanalyze_env.offline.judge_eval.compare import compare_sets, write_compare
+
+    for run in runs:
+        write_outputs(out / run.name, run.report, run.rows)
+    first = runs[0].report
+    header = {
+        "model": first["model"],
+        "backend": first["backend"],
+        "base_url": first["base_url"],
+        "temperature": first["temperature"],
+        "repeats": args.repeats,
+        "n_cases": len(cases),
+        "fixtures": first["fixtures"],
+    }
+    result = compare_sets(runs)
+    write_compare(out, result, header)
+    print_comparison(result, header)
+    console.print(
+        f"written under [bold]{out}[/bold]: compare.md, compare.json, and each set's report in "
+        + ", ".join(f"{run.name}/" for run in runs)
+    )
+    return 0 if all(run.report["passed"] for run in runs) else 1
+
+
+def print_comparison(result: dict[str, Any], header: dict[str, Any]) -> None:
+    table = Table(title=f"prompt sets, judge {header['model']} ({header['backend']})", title_justify="left")
+    for col in ("set", "ordering", "parse failures", "std across repeats", "gates"):
+        table.add_column(col)
+    for s in result["sets"]:
+        table.add_row(
+            s["name"],
+            fmt(s["ordering_accuracy"]),
+            fmt(s["parse_failure_rate"]),
+            fmt(s["score_std_across_repeats"]),
+            "pass" if s["passed"] else "FAIL",
+        )
+    console.print(table)
+    for d in result["differences"]:
+        parts = []
+        for metric, m in d["metrics"].items():
+            if m["diff"] is None:
+                parts.append(f"{metric} –")
+                continue
+            ci = m["ci95"]
+            parts.append(f"{metric} {m['diff']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]")
+        console.print(
+            f"{d['set']} − {d['minus']} (paired, 95 % over cases): " + " · ".join(parts), highlight=False
+        )
 
 
 def print_summary(report: dict[str, Any]) -> None:

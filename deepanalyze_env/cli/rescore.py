@@ -1,4 +1,6 @@
-"""``deepanalyze-rl rescore DIR``: recompute judge components after a judge outage.
+"""``deepanalyze-rl rescore DIR``: recompute judge components after a judge outage (and the
+components a reward function failed to compute, once it is fixed); a judge is needed only
+when a chosen episode's plan has judge components.
 
 Writes ``DIR/rescored-<timestamp>.jsonl`` holding the updated records (with provenance under
 ``rescore``); the original files are never edited. ``stats`` and later ``rescore`` runs read
@@ -30,7 +32,7 @@ def add_parser(sub: Any) -> None:
     p = make_parser(
         sub,
         "rescore",
-        "recompute judge components of recorded episodes (after a judge outage)",
+        "recompute judge components (and missing ones) of recorded episodes, e.g. after a judge outage",
         "deepanalyze-rl rescore runs/teacher --judge-base-url http://127.0.0.1:8001/v1 --judge-model judge",
     )
     p.add_argument("run", metavar="DIR", help="run folder (rollout --out, train output_dir or a records_dir)")
@@ -79,8 +81,6 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise UsageError("--concurrency must be >= 1")
     config = EnvConfig.from_any(load_env_config(args))
-    if not config.judge.configured:
-        raise UsageError("rescore needs a judge: --judge-base-url and --judge-model (or judge: in --config)")
     try:
         run = load_run(run_dir)
     except ValueError as exc:
@@ -91,7 +91,13 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     if not chosen:
         console.print(f"nothing to re-score: no {'scored or ' if args.all else ''}verifier_error episodes")
         return 0
-    client = judge_client(config.judge, judge_functions(chosen))
+    needed = judge_functions(chosen)
+    if needed and not config.judge.configured:
+        raise UsageError(
+            f"these episodes' reward plans need a judge ({', '.join(needed)}): "
+            "give --judge-base-url and --judge-model (or judge: in --config)"
+        )
+    client = judge_client(config.judge, needed) if needed else None
     out = _output_path(run_dir)
     source = ", ".join(str(p) for p in run.sources)
 

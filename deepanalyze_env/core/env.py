@@ -35,7 +35,7 @@ from deepanalyze_env.core.prefix import PrefixTurn, first_mismatch, parse_prefix
 from deepanalyze_env.core.profiles import PROFILES
 from deepanalyze_env.core.records import RecordWriter, build_record, judge_versions, package_version
 from deepanalyze_env.core.tool_calls import ParsedTurn
-from rewards import RewardContext, RewardOutcome, RewardSpecError
+from rewards import Plan, RewardContext, RewardOutcome, RewardSpecError
 from tools.kernel import Kernel, KernelError
 from tools.workspace import UnsafeWorkspace, Workspace
 
@@ -117,7 +117,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
             )
         self.profile = PROFILES[self.config.profile]
         self.extras = dict(extras or {})
-        self.plan: Any = None
+        self.plan: Plan | None = None
         self.reward_spec: dict[str, Any] = {}
         self.judge_client = None
         self.question = self.extras.get("input_seq")
@@ -170,11 +170,13 @@ class DeepAnalyzeEnv(BaseTextEnv):
         if spec is None:
             raise ConfigError("extras.reward_spec is missing: every dataset row needs a reward_spec column")
         try:
-            self.plan = self.profile.build_plan(spec)
+            plan = self.profile.build_plan(spec)
         except RewardSpecError as exc:
-            raise ConfigError(str(exc)) from exc
+            task = self.extras.get("task_id") or self.extras.get("id")
+            raise ConfigError(f"task {task!r}: {exc}" if task is not None else str(exc)) from exc
+        self.plan = plan
         self.reward_spec = dict(spec)
-        needs_judge = self.plan.needs_judge
+        needs_judge = plan.needs_judge
         if needs_judge:
             if not self.config.judge.configured:
                 raise ConfigError(
@@ -195,7 +197,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
             if self.config.action_format == "tools":
                 raise ConfigError("a row with a prefix (a recovery task) needs action_format: tags")
             self.prefix = parse_prefix(self.extras["prefix"], self.profile.has_answer)
-        if RECOVERY_COMPONENT in getattr(self.plan, "weights", {}) and not self.prefix:
+        if RECOVERY_COMPONENT in (plan.weights or {}) and not self.prefix:
             raise ConfigError(
                 f"reward component {RECOVERY_COMPONENT!r} needs a row with a prefix "
                 "(a recovery task written by deepanalyze-rl recover); this row has none"
@@ -401,28 +403,20 @@ class DeepAnalyzeEnv(BaseTextEnv):
 
     def _context(self) -> RewardContext:
         # prompt_len covers the prefix: everything scored is what the policy did after it
-        episode = self.messages[self.prompt_len :]
-        if self.tools_mode:
-            answer = protocol.answer_value(self.submitted)
-        else:
-            answer = protocol.extract_answer(self.policy_turns)
-        return RewardContext(
-            answer=answer,
-            policy_text="\n".join(self.policy_turns),
-            policy_turns=list(self.policy_turns),
-            trajectory="".join(m["content"] for m in episode),
-            messages=list(self.messages),
-            ground_truth=self.reward_spec.get("ground_truth"),
-            question=self.question,
-            code_pass=list(self.code_pass),
-            turns=len(self.policy_turns),
-            workspace=self.workspace.path if self.workspace else None,
+        return RewardContext.for_episode(
+            messages=self.messages,
+            episode_start=self.prompt_len,
+            policy_turns=self.policy_turns,
             reward_spec=self.reward_spec,
-            judge=self._judge_session(),
+            question=self.question,
+            code_pass=self.code_pass,
             exec_statuses=[e["status"] for e in self.exec_log],
+            workspace=self.workspace.path if self.workspace else None,
+            judge=self._judge_session(),
             prefix_turns=len(self.prefix),
             action_format=self.config.action_format,
-            tool_errors=list(self.tool_errors),
+            submitted=self.submitted,
+            tool_errors=self.tool_errors,
         )
 
     def _judge_session(self):

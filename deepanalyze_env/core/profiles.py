@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from deepanalyze_env.core import protocol
+
+if TYPE_CHECKING:
+    from rewards.plan import Plan
 
 
 def truncate_upstream(action: str) -> str:
@@ -47,13 +50,13 @@ def has_answer_upstream(action: str) -> bool:
     return protocol.ANSWER_OPEN in action and protocol.ANSWER_CLOSE in action
 
 
-def _v1_plan(spec: Mapping) -> Any:
+def _v1_plan(spec: Mapping) -> Plan:
     from rewards import RewardPlan
 
     return RewardPlan.build(spec)
 
 
-def _upstream_plan(spec: Mapping) -> Any:
+def _upstream_plan(spec: Mapping) -> Plan:
     from rewards.upstream import UpstreamPlan
 
     return UpstreamPlan.build(spec)
@@ -68,7 +71,7 @@ class Profile:
     truncate: Callable[[str], str]
     has_answer: Callable[[str], bool]
     code_pass: Callable[[str, str], int]
-    build_plan: Callable[[Mapping], Any]
+    build_plan: Callable[[Mapping], Plan]
     score_rule: str  # which SCORE: line a judge reply is read by
     run_without_workspace: bool = True
     timeout_message: str | None = None  # None: the executor's own text

@@ -114,6 +114,7 @@ def accuracy_component(reward_spec: dict[str, Any] | None) -> str | None:
     """The component that says whether the answer is right: the first of the method's built-ins
     and ``reward_spec.function`` entries whose name ends in ``accuracy``."""
     from rewards.methods import get_method
+    from rewards.plan import Scorer, function_refs
     from rewards.registry import RewardSpecError, resolve
 
     spec = reward_spec or {}
@@ -121,12 +122,15 @@ def accuracy_component(reward_spec: dict[str, Any] | None) -> str | None:
         names = list(get_method(str(spec.get("method"))).builtins)
     except RewardSpecError:
         names = []
-    extra = spec.get("function") or []
-    for ref in [extra] if isinstance(extra, str) else extra:
+    try:
+        refs = function_refs(spec)
+    except RewardSpecError:
+        refs = []
+    for ref in refs:
         try:
-            names += list(resolve(str(ref)).component_names)
+            names += list(Scorer(resolve(ref.name), ref.args, ref.alias).component_names)
         except (RewardSpecError, ImportError):
-            names.append(str(ref).rsplit(":", 1)[-1])
+            names.append(ref.alias or ref.name.rsplit(":", 1)[-1])
     return first_accuracy_component(names)
 
 

@@ -1,11 +1,15 @@
-"""Re-score recorded episodes with the current judge (``deepanalyze-rl rescore``).
+"""Re-score recorded episodes (``deepanalyze-rl rescore``).
 
 A judge outage during collection leaves ``verifier_error`` records whose trajectories are fine;
 this recomputes their judge components from the record alone — messages, answer,
 ``reward_spec``, ``input_seq`` — without re-running the policy or the code (the workspace is
 gone by then). Other components are kept as recorded; only those missing that need no
-workspace are recomputed. The aggregate is redone with the plan's weights. The original record
-is never edited: the caller writes the result to a new file with provenance under ``rescore``.
+workspace are recomputed (a reward function that raised and has since been fixed). The
+aggregate is redone with the plan's weights. The context is rebuilt by the env's own
+constructor (:meth:`rewards.RewardContext.for_episode`) in the format the episode was played
+in, so a ``tools`` episode passes the same gate and reads the same answer as it did live. A
+judge is needed only for records whose plan has judge components. The original record is
+never edited: the caller writes the result to a new file with provenance under ``rescore``.
 """
 
 from __future__ import annotations
@@ -15,16 +19,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from deepanalyze_env.core import protocol
-from deepanalyze_env.core.profiles import PROFILES
+from deepanalyze_env.core import tool_calls
+from deepanalyze_env.core.profiles import PROFILES, Profile
 from deepanalyze_env.core.records import judge_versions, own_turn_indices, package_version
-from rewards import RewardContext, RewardPlan, RewardSpecError
+from rewards import Plan, RewardContext, RewardPlan, RewardSpecError
 
 log = logging.getLogger(__name__)
 
 
 class RescoreSkip(Exception):
-    """The record has nothing a judge could change (gate failed, episode never ran, no judge)."""
+    """The record has nothing to re-score (the gate failed, the episode never ran, no plan builds)."""
 
 
 @dataclass
@@ -42,7 +46,7 @@ def selectable(record: dict[str, Any], everything: bool) -> bool:
     return status == "verifier_error" or (everything and status == "scored")
 
 
-def plan_for(record: dict[str, Any]) -> tuple[Any, Any]:
+def plan_for(record: dict[str, Any]) -> tuple[Profile, Plan]:
     """The record's profile and reward plan, rebuilt from its ``versions.profile`` and ``reward_spec``."""
     name = (record.get("versions") or {}).get("profile") or "v1"
     profile = PROFILES.get(name)
@@ -69,29 +73,37 @@ def context_from_record(record: dict[str, Any], judge: Any) -> RewardContext:
     """The reward context the env built at the final step, rebuilt from the record.
 
     The episode's assistant messages are the last ``turns`` ones (each ``step`` appends exactly
-    one), so a prompt that itself holds assistant messages (few-shot) is told apart correctly.
+    one), so a prompt that itself holds assistant messages (few-shot) is told apart correctly. A
+    ``tools`` episode (one with structured calls or tool results) gets its turns as the policy
+    wrote them (calls as hermes text), its invalid calls as ``tool_errors`` and its
+    ``submit_answer`` argument as the answer, as the env read them live.
     """
     messages = [dict(m) for m in record.get("messages") or []]
     assistant = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     mine = own_turn_indices(record)
-    start = mine[0] if mine else len(messages)
-    policy_turns = [messages[i].get("content") or "" for i in mine]
-    spec = record.get("reward_spec") or {}
-    return RewardContext(
-        answer=protocol.extract_answer(policy_turns),
-        policy_text="\n".join(policy_turns),
-        policy_turns=policy_turns,
-        trajectory="".join(m.get("content") or "" for m in messages[start:]),
+    tools = tool_calls.is_tools_record(record)
+    submitted, errors = None, []
+    if tools:
+        turns = [tool_calls.assistant_text(messages[i]) for i in mine]
+        parsed = [tool_calls.parse_turn(turn) for turn in turns]
+        errors = [f"turn {n}: {p.error}: {p.detail}" for n, p in enumerate(parsed, 1) if p.error is not None]
+        last = parsed[-1].call if parsed else None
+        submitted = last.argument if last is not None and last.name == tool_calls.SUBMIT_ANSWER else None
+    else:
+        turns = [str(messages[i].get("content") or "") for i in mine]
+    return RewardContext.for_episode(
         messages=messages,
-        ground_truth=spec.get("ground_truth"),
+        episode_start=mine[0] if mine else len(messages),
+        policy_turns=turns,
+        reward_spec=record.get("reward_spec") or {},
         question=record.get("input_seq"),
-        code_pass=list(record.get("code_pass") or []),
-        turns=len(policy_turns),
-        workspace=None,
-        reward_spec=dict(spec),
-        judge=judge,
+        code_pass=record.get("code_pass") or [],
         exec_statuses=[str((e or {}).get("status")) for e in record.get("exec") or []],
+        judge=judge,
         prefix_turns=len(assistant) - len(mine),  # a recovery task's prefix turns precede the episode's
+        action_format="tools" if tools else "tags",
+        submitted=submitted,
+        tool_errors=errors,
     )
 
 
@@ -115,26 +127,26 @@ def _score_v1(plan: RewardPlan, record: dict[str, Any], ctx: RewardContext) -> _
     """Judge functions (and missing workspace-free ones) recomputed; recorded components kept."""
     recorded = dict(record.get("reward_components") or {})
     redo, keep, errors = [], {}, []
-    for fn in plan.functions:
-        names = fn.component_names
-        if fn.needs_judge:
-            redo.append(fn)
+    for scorer in plan.functions:
+        names = scorer.component_names
+        if scorer.fn.needs_judge:
+            redo.append(scorer)
         elif all(n in recorded for n in names):
             keep.update({n: recorded[n] for n in names})
-        elif "workspace" not in fn.params:
-            redo.append(fn)
-        elif not fn.optional:
-            errors.append(f"{fn.name}: not in the record and needs the workspace, which is gone")
-    sub = RewardPlan(plan.method, redo, {c: 1.0 for fn in redo for c in fn.component_names})
+        elif "workspace" not in scorer.fn.params:
+            redo.append(scorer)
+        elif not scorer.fn.optional:
+            errors.append(f"{scorer.name}: not in the record and needs the workspace, which is gone")
+    sub = RewardPlan(plan.method, redo, {c: 1.0 for s in redo for c in s.component_names})
     outcome = sub.score(ctx)
     if not outcome.format_ok:
         raise RescoreSkip("the format gate fails on the recorded turns")
     if outcome.status != "scored" and outcome.error:
         errors.append(outcome.error)
-    order = [c for fn in plan.functions for c in fn.component_names]
+    order = [c for s in plan.functions for c in s.component_names]
     merged = {**keep, **outcome.components}
     components = {c: merged[c] for c in order if c in merged}
-    redone = [fn.name for fn in redo]
+    redone = [s.name for s in redo]
     reward = None if errors else _aggregate(components, plan.weights)
     if reward is None:
         error = "; ".join(errors) or "no component with weight > 0 applied to this episode"
@@ -143,18 +155,19 @@ def _score_v1(plan: RewardPlan, record: dict[str, Any], ctx: RewardContext) -> _
 
 
 def rescore_record(record: dict[str, Any], judge_client: Any, *, source: str | None = None) -> Rescored:
-    """A new record with judge components recomputed; raises :class:`RescoreSkip` when pointless."""
+    """A new record with judge components (and missing workspace-free ones) recomputed; raises
+    :class:`RescoreSkip` when pointless. ``judge_client`` may be None when the plan needs none."""
     from rewards.judge import JudgeSession
 
     if record.get("reward_status") == "environment_error":
-        raise RescoreSkip("the episode hit an environment error; there is nothing to judge")
+        raise RescoreSkip("the episode hit an environment error; there is nothing to score")
     if record.get("format_ok") is False:
-        raise RescoreSkip("the format gate failed; no judge was involved")
+        raise RescoreSkip("the format gate failed; no reward function ran")
     versions = dict(record.get("versions") or {})
     profile, plan = plan_for(record)
-    if not plan.needs_judge:
-        raise RescoreSkip("the reward plan has no judge components")
-    session = JudgeSession(judge_client, score_rule=profile.score_rule)
+    if plan.needs_judge and judge_client is None:
+        raise RescoreSkip(f"the plan needs a judge ({', '.join(plan.needs_judge)}) and none is configured")
+    session = JudgeSession(judge_client, score_rule=profile.score_rule) if plan.needs_judge else None
     ctx = context_from_record(record, session)
     if isinstance(plan, RewardPlan):
         score = _score_v1(plan, record, ctx)
@@ -169,14 +182,15 @@ def rescore_record(record: dict[str, Any], judge_client: Any, *, source: str | N
             outcome.error,
             list(plan.needs_judge),
         )
-    judge_model, judge_prompts = judge_versions(judge_client, plan.needs_judge)
+    used = judge_client if session is not None else None
+    judge_model, judge_prompts = judge_versions(used, plan.needs_judge)
     new = dict(record)
     new.update(
         reward=score.reward,
         reward_components=score.components,
         reward_status=score.status,
         error=score.error,
-        judge=session.summary() if session.calls else None,
+        judge=session.summary() if session is not None and session.calls else None,
         versions={
             **versions,
             "reward_plan": plan.fingerprint(),
@@ -187,7 +201,7 @@ def rescore_record(record: dict[str, Any], judge_client: Any, *, source: str | N
             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "source": source,
             "package": package_version(),
-            "judge": judge_client.describe(),
+            "judge": judge_client.describe() if session is not None else None,
             "recomputed": score.recomputed,
             "previous": {
                 k: record.get(k)

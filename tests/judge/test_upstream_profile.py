@@ -139,17 +139,34 @@ def test_openresearch_uses_bare_dimension_names_code_and_turns(workspace_root, j
     assert out["reward"] == pytest.approx(sum(expected.values()) / 7)
 
 
-def test_unfenced_dimension_json_scores_zero_but_is_flagged(workspace_root, judge):
+def test_the_judge_reply_is_read_by_the_session_so_bare_json_scores_as_in_judge_eval(workspace_root, judge):
+    """Upstream read dimensions only from a fenced block; the profile now reads replies through the
+    episode's JudgeSession (the code judge-eval scores with), so a bare JSON verdict counts."""
     judge.script(
         Reply(
-            text='{"usefulness": 5, "richness": 5, "soundness": 5, "interpretability": 5, "readability": 5}'
+            text='{"usefulness": 5, "richness": 5, "soundness": 5, "interpretability": 5, "readability": 4}'
         )
     )
+    spec = {"method": "openresearch", "ground_truth": "", "function": "judge_opendomain"}
+    env = make(workspace_root, judge, spec)
+    out = play(env, code("print(1)"), ANALYZE + "<Answer>report</Answer>")
+    meta = out["metadata"]
+    assert meta["reward_status"] == "scored"
+    assert meta["reward_components"]["readability"] == pytest.approx(0.8)
+    # mean(1, 1, 1, 1, 0.8, code 1.0, turns 0.2) = 6.0 / 7
+    assert out["reward"] == pytest.approx(6.0 / 7)
+    (call,) = meta["judge"]["calls"]
+    assert call["rubric"] == "judge_opendomain" and call["score"]["readability"] == 4.0
+
+
+def test_an_unreadable_judge_reply_scores_zero_but_is_flagged(workspace_root, judge):
+    judge.script(Reply(text="A fine report overall, I would say."))
     spec = {"method": "openresearch", "ground_truth": "", "function": "judge_opendomain"}
     out = play(make(workspace_root, judge, spec), code("print(1)"), ANALYZE + "<Answer>report</Answer>")
     meta = out["metadata"]
     assert meta["reward_status"] == "verifier_error" and "judge_opendomain" in meta["error"]
     assert meta["reward_components"]["usefulness"] == 0.0
+    assert meta["judge"]["calls"][0]["parse_error"]
     # upstream's value: mean(0,0,0,0,0, code 1.0, turns 0.2) = 1.2 / 7
     assert out["reward"] == pytest.approx(1.2 / 7)
 

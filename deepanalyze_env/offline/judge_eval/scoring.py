@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepanalyze_env.core import protocol
 from deepanalyze_env.offline.judge_eval.fixtures import Candidate, FixtureCase, judge_function
+from rewards import RewardContext
 from rewards.aio import background_loop
 from rewards.judge import JudgeClient, JudgeError, JudgeParseError, JudgeSession
 from rewards.judge.transcript import messages_from_rendered
@@ -22,7 +22,7 @@ from rewards.judge.transcript import messages_from_rendered
 log = logging.getLogger(__name__)
 
 _PROTOCOL_TAG = re.compile(r"</?(?:Analyze|Understand|Code|Execute|Answer)>")
-_EXECUTE_BLOCK = re.compile(r"\n?<Execute>.*?</Execute>\n?", re.DOTALL)
+_EXECUTE_BLOCK = re.compile(r"(\n?<Execute>.*?</Execute>\n?)", re.DOTALL)
 
 # ---------------------------------------------------------------------------------- scoring
 
@@ -62,37 +62,37 @@ def looks_like_trajectory(text: str) -> bool:
     return _PROTOCOL_TAG.search(text) is not None
 
 
-def candidate_context(case: FixtureCase, candidate: Candidate, session: JudgeSession) -> dict[str, Any]:
-    """The reward context the env would build for this candidate at the end of an episode.
+def candidate_context(case: FixtureCase, candidate: Candidate, session: JudgeSession) -> RewardContext:
+    """The reward context the env would build for this candidate at the end of an episode, by
+    the env's own constructor (:meth:`rewards.RewardContext.for_episode`).
 
-    A candidate written in the tag protocol is a whole trajectory: the answer is extracted from
-    the policy's text (observations removed) exactly as the env does, so an answer-only judge
-    sees what it sees in training; a trajectory without an ``<Answer>`` has none, which the
-    built-in answer judges score 0.0 without a call, as in training. Plain text (no protocol
-    tags) is taken to be the answer itself.
+    A candidate written in the tag protocol is a whole trajectory: its ``<Execute>`` blocks are
+    the observations and the text between them the policy's turns, so the answer is read from the
+    policy's text exactly as the env reads it and an answer-only judge sees what it sees in
+    training; a trajectory without an ``<Answer>`` has none, which the built-in answer judges
+    score 0.0 without a call, as in training. Plain text (no protocol tags) is an answer given
+    outside the tags, read as the tools format reads a submitted answer.
     """
     text = candidate.text
+    messages: list[dict[str, Any]] = [{"role": "user", "content": case.question}]
     if looks_like_trajectory(text):
-        policy_text = _EXECUTE_BLOCK.sub("\n", text)
-        answer = protocol.extract_answer([policy_text])
+        # The fixture's text is ours (observations rendered by the env's own executor), so its
+        # <Execute> blocks are split back into observation messages: what an analysis judge is shown.
+        messages += messages_from_rendered(text)
+        submitted = None
     else:
-        policy_text = text
-        answer = text.strip()
-    # The fixture's text is ours (observations rendered by the env's own executor), so its
-    # <Execute> blocks are split back into observation messages: what an analysis judge is shown.
-    messages = messages_from_rendered(text)
-    return {
-        "question": case.question,
-        "trajectory": text,
-        "messages": messages,
-        "turns": sum(m["role"] == "assistant" for m in messages),
-        "prefix_turns": 0,
-        "answer": answer,
-        "policy_text": policy_text,
-        "ground_truth": case.ground_truth,
-        "reward_spec": {"method": case.method, "ground_truth": case.ground_truth, "function": [case.judge]},
-        "judge": session,
-    }
+        messages.append({"role": "assistant", "content": text})
+        submitted = text
+    spec = {"method": case.method, "ground_truth": case.ground_truth, "function": [case.judge]}
+    return RewardContext.for_episode(
+        messages=messages,
+        episode_start=1,
+        policy_turns=[m["content"] for m in messages[1:] if m["role"] == "assistant"],
+        reward_spec=spec,
+        question=case.question,
+        judge=session,
+        submitted=submitted,
+    )
 
 
 async def score_sample(
@@ -103,8 +103,7 @@ async def score_sample(
     session = RepeatSession(client, score_rule=score_rule, repeat=repeat)
     try:
         fn = judge_function(case.judge)
-        context = candidate_context(case, case.candidates[index], session)
-        kwargs = {name: context[name] for name in fn.params}
+        kwargs = candidate_context(case, case.candidates[index], session).kwargs_for(fn)
         if fn.is_async:
             value = await fn.fn(**kwargs)
         else:  # a sync judge function must not block the loop that serves its judge calls

@@ -158,7 +158,7 @@ class Payload:
 
             try:
                 plan = PROFILES[profile].build_plan(spec or {})
-                weights = getattr(plan, "weights", None)
+                weights = plan.weights
                 weights = None if weights is None else {str(k): float(v) for k, v in weights.items()}
                 self._weights[key] = (weights, plan.fingerprint())
             except Exception as exc:  # an unknown method or profile in an old run: no weights
