@@ -115,7 +115,7 @@ def pipeline(args: argparse.Namespace) -> dict[str, Any]:
                 "rollout.max_turn_tokens": args.max_turn_tokens,
                 "trl.max_completion_length": args.episode_tokens,
                 "trl.num_generations": args.num_generations,
-                "trl.per_device_train_batch_size": args.num_generations * args.groups_per_step,
+                "trl.gradient_accumulation_steps": args.num_generations * args.groups_per_step,  # micro-batch 1
                 "trl.temperature": args.temperature,
                 "trl.learning_rate": args.grpo_lr,
             },

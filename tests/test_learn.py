@@ -104,7 +104,7 @@ def test_tiny_pipeline_runs_every_stage_and_a_rerun_reuses_them(tmp_path):
         "grpo.set.rollout.max_turn_tokens=8",
         "grpo.set.trl.max_completion_length=16",
         "grpo.set.trl.num_generations=2",
-        "grpo.set.trl.per_device_train_batch_size=2",
+        "grpo.set.trl.gradient_accumulation_steps=2",
     ]
     pipe = str(REPO / "recipes" / "learn_cpu.yaml")
     assert main(["learn", pipe, *overrides]) == 0

@@ -10,7 +10,15 @@ from typing import Any
 from rich.rule import Rule
 
 from deepanalyze_env.cli.common import UsageError, console, make_parser
-from deepanalyze_env.learn import Pipeline, StageFailed, comparison_lines, run_pipeline, table, warning_lines
+from deepanalyze_env.learn import (
+    Pipeline,
+    StageFailed,
+    comparison_lines,
+    memory_line,
+    run_pipeline,
+    table,
+    warning_lines,
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -38,6 +46,9 @@ def cmd_learn(args: argparse.Namespace) -> int:
     console.print(table(summary))
     for line in comparison_lines(summary):
         console.print(line, highlight=False)
+    memory = memory_line(summary)
+    if memory:
+        console.print(memory, highlight=False)
     out = Path(pipe.output_dir)
     console.print(f"run folder: {out} (learn.json, learn.md, learn.png, stages.json, one folder per stage)")
     return 0

@@ -40,7 +40,7 @@ Output: ``learn.json`` (per-stage dev metrics, stage seconds, paired comparisons
 
 from __future__ import annotations
 
-from deepanalyze_env.learn.outputs import comparison_lines, markdown, plot, table, warning_lines
+from deepanalyze_env.learn.outputs import comparison_lines, markdown, memory_line, plot, table, warning_lines
 from deepanalyze_env.learn.run import run_pipeline
 from deepanalyze_env.learn.settings import Pipeline
 from deepanalyze_env.learn.stages import StageFailed, content_digest
@@ -51,6 +51,7 @@ __all__ = [
     "comparison_lines",
     "content_digest",
     "markdown",
+    "memory_line",
     "plot",
     "run_pipeline",
     "table",

@@ -8,6 +8,8 @@ from typing import Any
 
 from rich.table import Table
 
+from deepanalyze_env.core.memory import gib
+
 
 def _f(value: Any) -> str:
     return "–" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
@@ -81,6 +83,16 @@ def table(summary: dict[str, Any]) -> Table:
     return t
 
 
+def memory_line(summary: dict[str, Any]) -> str | None:
+    """Each stage's peak memory (PSS of its process tree) and the run's largest, in one line."""
+    memory = summary.get("memory") or {}
+    if not memory:
+        return None
+    peaks = ", ".join(f"{k} {gib(v.get('peak_pss_bytes'))}" for k, v in memory.items())
+    top = max(v.get("peak_pss_bytes") or 0 for v in memory.values())
+    return f"Stage peak memory (PSS of the process tree): {peaks}; the run's peak {gib(top)}"
+
+
 def markdown(summary: dict[str, Any]) -> str:
     lines = [f"**{line}**\n" for line in warning_lines(summary)]
     lines += [
@@ -96,6 +108,9 @@ def markdown(summary: dict[str, Any]) -> str:
         )
     lines += ["\n" + line for line in comparison_lines(summary)]
     lines.append("\nStage seconds: " + ", ".join(f"{k} {v}" for k, v in summary["seconds"].items()))
+    memory = memory_line(summary)
+    if memory:
+        lines.append("\n" + memory)
     return "\n".join(lines) + "\n"
 
 

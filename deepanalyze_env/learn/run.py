@@ -255,7 +255,16 @@ def sft_stages(run: Run) -> None:
         run.evaluate("sft", "dev eval: after SFT")
 
 
-GRPO_STEP_KEYS = ("step", "reward_mean", "components", "status_counts", "rollout_seconds", "time", "teach")
+GRPO_STEP_KEYS = (
+    "step",
+    "reward_mean",
+    "components",
+    "status_counts",
+    "rollout_seconds",
+    "time",
+    "teach",
+    "memory",
+)
 
 
 def grpo_steps(metrics: Path) -> list[dict[str, Any]]:
@@ -321,6 +330,9 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
         "comparisons": compare_stages(out, run.order),
         "grpo_steps": steps,
         "seconds": stages.seconds | {"total": round(time.monotonic() - start, 1)},
+        # each stage's peak memory (its whole process tree: kernel workers included); PSS counts
+        # a page shared by several processes once
+        "memory": stages.memory,
     }
     (out / "learn.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "learn.md").write_text(markdown(summary))

@@ -17,6 +17,8 @@ from typing import Any
 from rich.console import Console
 from rich.rule import Rule
 
+from deepanalyze_env.core.memory import PeakFigures, gib, host_oom_kills, overall, wait_measuring
+
 # the pipeline's progress, as the commands it runs print theirs (a fixed width when piped to a log)
 console = Console(width=None if sys.stdout.isatty() else 150)
 
@@ -99,6 +101,7 @@ class Stages:
             {} if fresh or not self.path.is_file() else json.loads(self.path.read_text())
         )
         self.seconds: dict[str, float] = {}
+        self.memory: dict[str, PeakFigures] = {}  # each stage's peak (its process tree), this run or reused
         self.stale = False  # once one stage reruns, every later stage reruns too
 
     def run(
@@ -123,6 +126,8 @@ class Stages:
         if not self.stale and finished and (outputs is None or outputs.exists()):
             console.print(f"reused: {name} (finished earlier with the same arguments and inputs)")
             self.seconds[name] = previous["seconds"]
+            if previous.get("memory"):
+                self.memory[name] = previous["memory"]
             return
         resume = (
             resumable and not self.stale and same and outputs is not None and (outputs / "run.json").is_file()
@@ -136,7 +141,7 @@ class Stages:
         self.done[name] = {"argv": _key(argv), "inputs": digests, "seconds": None}  # started
         self._save()
         start = time.monotonic()
-        gap = self._execute(argv, outputs, check)
+        gap = self._execute(name, argv, outputs, check)
         if gap is not None and resumable and outputs is not None:
             # an incomplete or crashed stage is not done: one more try, resuming what it has
             if (outputs / "run.json").is_file():
@@ -154,7 +159,7 @@ class Stages:
                 )
                 if outputs.exists():
                     shutil.rmtree(outputs)
-            gap = self._execute(argv, outputs, check)
+            gap = self._execute(name, argv, outputs, check)
         seconds = round(time.monotonic() - start, 1)
         self.seconds[name] = seconds
         if gap is None:
@@ -176,21 +181,66 @@ class Stages:
         self.path.write_text(json.dumps(self.done, indent=1) + "\n")
 
     def _execute(
-        self, argv: list[str], outputs: Path | None, check: Callable[[Path, float], Gap | None] | None
+        self,
+        name: str,
+        argv: list[str],
+        outputs: Path | None,
+        check: Callable[[Path, float], Gap | None] | None,
     ) -> Gap | None:
-        """Run the stage's command once; what is missing from its result, or None when complete."""
+        """Run the stage's command once, measuring its process tree's peak memory; what is
+        missing from its result, or None when complete."""
         console.print("deepanalyze-rl " + " ".join(argv), style="dim", markup=False, highlight=False)
         since = time.time()
+        ooms = host_oom_kills()
         # its own process: every stage loads a model, and memory a finished stage held (a trainer,
         # an eval policy) goes back to the system before the next one starts
-        code = subprocess.run([sys.executable, "-m", "deepanalyze_env.cli", *argv], check=False).returncode
+        proc = subprocess.Popen([sys.executable, "-m", "deepanalyze_env.cli", *argv])
+        code, peak = wait_measuring(proc)
+        if peak is not None:
+            if name in self.memory:  # a retried stage: its peak over both tries
+                peak = overall({"first": self.memory[name], "retry": peak}) or peak
+            self.memory[name] = peak
+            self.done[name]["memory"] = peak
+            self._save()
+            console.print(
+                f"{name}: peak memory {gib(peak['peak_pss_bytes'])} (PSS of its process tree; "
+                f"RSS {gib(peak['peak_rss_bytes'])})",
+                style="dim",
+                highlight=False,
+            )
         if check is not None and outputs is not None:
             gap = check(outputs, since)
             if gap is not None or code == 0:
                 return gap
         if code != 0:
-            return Gap(f"exit code {code}", usable=False)
+            return Gap(exit_reason(name, code, peak, ooms), usable=False)
         return None
+
+
+# What to lower when a stage runs out of memory, by the stage's kind (the pipeline file's keys).
+MEMORY_HINTS = {
+    "grpo": "grpo.set.trl.max_completion_length, grpo.set.trl.per_device_train_batch_size (micro-batch) "
+    "or grpo.set.trl.gradient_accumulation_steps (episodes per step)",
+    "sft": "sft.set.trl.per_device_train_batch_size or sft.set.trl.max_length",
+    "eval": "eval.concurrency (episodes whose turns are generated as one batch) or eval.max_tokens",
+    "estimate": "eval.concurrency or curriculum.samples",
+}
+
+
+def exit_reason(name: str, code: int, peak: PeakFigures | None, ooms_before: int | None) -> str:
+    """Why a stage's process ended badly, in one line: a SIGKILL while the host's OOM-kill counter
+    moved is the kernel's out-of-memory killer, said with the stage's peak and what to lower."""
+    if code == -9:
+        ooms_after = host_oom_kills()
+        if ooms_before is not None and ooms_after is not None and ooms_after > ooms_before:
+            kind = next((k for k in MEMORY_HINTS if name.startswith(k)), "eval")
+            at = f" at {gib(peak['peak_rss_bytes'])} resident" if peak is not None else ""
+            return (
+                f"killed by the kernel's out-of-memory killer{at}; the machine has less memory than "
+                f"this stage needs: lower {MEMORY_HINTS[kind]}"
+            )
+        return "killed by SIGKILL (exit code -9), not by the out-of-memory killer"
+    return f"exit code {code}"
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.env import DeepAnalyzeEnv
+from deepanalyze_env.core.memory import PeakWatch
 from deepanalyze_env.core.tag_tokens import token_rules
 from deepanalyze_env.core.tasks import env_extras
 from deepanalyze_env.core.tokens import prompt_token_ids
@@ -261,6 +262,8 @@ class DeepAnalyzeRollout:
         self._calls = 0
         # Called with every process's finished episodes after each call (the curriculum's feed).
         self.listeners: list[Callable[[list[dict[str, Any]]], None]] = []
+        # The trainer's memory watch: a call is the step's "rollout" phase, what follows its "update".
+        self.memory: PeakWatch | None = None
         for row in self.rows.values():  # fail on a bad row or config now, not mid-training
             DeepAnalyzeEnv(env_config=self.env_config, extras=env_extras(row))
 
@@ -269,6 +272,15 @@ class DeepAnalyzeRollout:
         return stats
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        if self.memory is not None:
+            self.memory.phase("rollout")
+        try:
+            return self._rollout(prompts, trainer)
+        finally:
+            if self.memory is not None:
+                self.memory.phase("update")
+
+    def _rollout(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         start = time.monotonic()
         self._calls += 1
         tok = tokenizer_of(trainer)

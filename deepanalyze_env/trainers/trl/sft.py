@@ -24,6 +24,7 @@ from deepanalyze_env.core.config import ConfigError
 from deepanalyze_env.core.filters import FilterError
 from deepanalyze_env.core.models import resolve_model
 from deepanalyze_env.trainers.recipes import Recipe
+from deepanalyze_env.trainers.trl.policy import load_trainable
 from deepanalyze_env.trainers.trl.progress import quiet_console
 from deepanalyze_env.trainers.trl.sft_data import (
     IGNORE_INDEX,
@@ -159,7 +160,7 @@ def train_sft(recipe: Recipe, check: bool = False) -> int:
         import torch
         import trl
         from datasets import Dataset
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
     except ImportError as exc:
         raise ConfigError(f"backend trl-sft needs the trl extra: pip install -e '.[trl]' ({exc})")
 
@@ -208,7 +209,7 @@ def train_sft(recipe: Recipe, check: bool = False) -> int:
     for stale in ("metrics.jsonl", "loss_curve.png"):
         (out / stale).unlink(missing_ok=True)
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if not cuda else "auto")
+    model = load_trainable(model_dir, cuda)
     trainer = trl.SFTTrainer(
         model=model,
         args=config,

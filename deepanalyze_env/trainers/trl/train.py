@@ -21,6 +21,7 @@ from rich.table import Table
 
 from deepanalyze_env.core import protocol, tool_calls
 from deepanalyze_env.core.config import ConfigError, EnvConfig
+from deepanalyze_env.core.memory import PeakFigures, PeakWatch, gib
 from deepanalyze_env.core.models import resolve_model
 from deepanalyze_env.core.records import load_run, write_jsonl_atomic
 from deepanalyze_env.core.row_check import BadRowsError, check_rows
@@ -29,6 +30,7 @@ from deepanalyze_env.core.tasks import load_rows, with_task_ids
 from deepanalyze_env.trainers.curriculum import SuccessRateCurriculum
 from deepanalyze_env.trainers.recipes import Recipe
 from deepanalyze_env.trainers.trl.budgets import CUT_TARGET, BudgetFit, measure_budgets
+from deepanalyze_env.trainers.trl.policy import load_trainable
 from deepanalyze_env.trainers.trl.progress import quiet_console
 from deepanalyze_env.trainers.trl.rollout import (
     DeepAnalyzeRollout,
@@ -127,6 +129,16 @@ def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any], line: dict
         f"scoring {time_['scoring_s']:.1f}), update {time_['update_s']:.1f}",
         "",
     )
+    memory = line.get("memory") or {}
+    if memory:
+        table.add_row(
+            "peak memory",
+            ", ".join(
+                f"{phase} {gib(f['peak_pss_bytes'])} PSS / {gib(f['peak_rss_bytes'])} RSS"
+                for phase, f in memory.items()
+            ),
+            "",
+        )
     table.add_row(
         "can teach",
         f"trained {teach['episodes_trained']}/{stats.episodes}, length-cut {teach['length_cut']}, "
@@ -187,7 +199,18 @@ def build_curriculum(recipe: Recipe, rows: list[dict[str, Any]], seed: int) -> S
     return SuccessRateCurriculum(task_ids, config, seed)
 
 
-def _make_callback(rollout: DeepAnalyzeRollout, out: Path, curriculum: SuccessRateCurriculum | None = None):
+def step_memory(watch: PeakWatch | None) -> dict[str, PeakFigures]:
+    """The step's peak memory per phase (``rollout``, ``update``; ``setup`` in the first step: model
+    loading and the trainer's construction), of the whole process tree (kernel workers included)."""
+    return watch.drain() if watch is not None else {}
+
+
+def _make_callback(
+    rollout: DeepAnalyzeRollout,
+    out: Path,
+    curriculum: SuccessRateCurriculum | None = None,
+    watch: PeakWatch | None = None,
+):
     from transformers import TrainerCallback
 
     class StepReporter(TrainerCallback):
@@ -216,6 +239,7 @@ def _make_callback(rollout: DeepAnalyzeRollout, out: Path, curriculum: SuccessRa
             if not getattr(state, "is_world_process_zero", True):  # one writer under accelerate launch
                 return
             line = step_line(state.global_step, stats, logs, step_seconds, time.monotonic() - self.started)
+            line["memory"] = step_memory(watch)
             if curriculum is not None:
                 line["curriculum"] = curriculum.drain()
             with open(self.path, "a") as fh:
@@ -351,16 +375,21 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
     trainer_class = trl.GRPOTrainer
     if curriculum is not None:
         trainer_class = curriculum_trainer_class(trl.GRPOTrainer, curriculum)
+    watch = PeakWatch(phase_name="setup").start()
+    rollout.memory = watch
     trainer = trainer_class(
-        model=_load_policy(model_dir, cuda),
+        model=load_trainable(model_dir, cuda),
         reward_funcs=[environment_reward],
         args=config,
         train_dataset=Dataset.from_list(trl_dataset_rows(rows)),
         processing_class=tokenizer,
         rollout_func=rollout,
-        callbacks=[_make_callback(rollout, out, curriculum)],
+        callbacks=[_make_callback(rollout, out, curriculum, watch)],
     )
-    return _train_and_save(trainer, tokenizer, out, records_dir)
+    try:
+        return _train_and_save(trainer, tokenizer, out, records_dir)
+    finally:
+        watch.stop()
 
 
 def train_with_tools(
@@ -419,7 +448,7 @@ def train_with_tools(
     factory = environment_factory(env_config)
     config.reward_weights = [0.0]  # episode_metrics only logs; get_reward (weight 1) is the reward
     trainer = trl.GRPOTrainer(
-        model=_load_policy(resolve_model(recipe.model), torch.cuda.is_available()),
+        model=load_trainable(resolve_model(recipe.model), torch.cuda.is_available()),
         reward_funcs=[episode_metrics],
         args=config,
         train_dataset=Dataset.from_list(tool_dataset_rows(rows, env_config)),
@@ -437,13 +466,6 @@ def _clean_output(out: Path, own_records: bool) -> None:
     if own_records:  # our own folder: start it empty so runs never mix
         for old in (out / "records").glob("episodes-*.jsonl"):
             old.unlink()
-
-
-def _load_policy(model_dir: str, cuda: bool) -> Any:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if not cuda else "auto")
 
 
 def _train_and_save(
