@@ -137,6 +137,7 @@ class Kernel:
         self.cgroup: str | None = None
         self.memory_cgroup: str | None = None
         self._memory_seen: dict | None = None  # its counters after the last cell (or the start)
+        self._memory_counters: sandboxing.MemoryCounters | None = None
         self.server = KernelServer.get(python, preload, self.sandbox_settings)
         self._ctrl: socket.socket | None = None
         self._out: int = -1
@@ -165,7 +166,8 @@ class Kernel:
         self.sandbox = dict(hello.get("sandbox") or {})
         self.cgroup = self.sandbox.get("cgroup")
         self.memory_cgroup = self.sandbox.get("memory_cgroup")
-        self._memory_seen = sandboxing.memory_events(self.memory_cgroup)
+        self._memory_counters = sandboxing.MemoryCounters.open(self.memory_cgroup)
+        self._memory_seen = self._memory_counters.read() if self._memory_counters else None
         if self._memory_seen is None:
             self.memory_cgroup = None
             _warn_no_memory_cgroup(self.memory_mb)
@@ -200,6 +202,9 @@ class Kernel:
         if self._out >= 0:
             os.close(self._out)
         self._close_proc_fds()
+        if self._memory_counters is not None:
+            self._memory_counters.close()
+            self._memory_counters = None
         self._ctrl, self._out, self._pidfd, self.pid, self.cgroup = None, -1, -1, None, None
 
     def _died_while_idle(self) -> bool:
@@ -232,7 +237,7 @@ class Kernel:
     def _memory_now(self) -> dict | None:
         """The worker's memory cgroup counters; once it is gone with its worker, the fork
         server's report of the worker's end (read before it removed the cgroup)."""
-        found = sandboxing.memory_events(self.memory_cgroup)
+        found = self._memory_counters.read() if self._memory_counters is not None else None
         if found is None and self.pid is not None:
             report = self.server.exit_report(self.pid, EXIT_REPORT_WAIT_S)
             found = report.get("memory") if report else None

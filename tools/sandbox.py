@@ -242,35 +242,73 @@ def memory_events(path: str | None, sizes: bool = False) -> dict | None:
     running out does not move it) and, with ``sizes``, ``usage``, ``peak`` and ``limit`` in
     bytes. None when it is gone or unreadable. Cells cannot write these files (``/sys`` is
     read-only to them and they hold no capabilities), so they are evidence the trainer may use."""
-    if not path:
+    counters = MemoryCounters.open(path)
+    if counters is None:
         return None
-    names = _memory_files(path)
+    try:
+        found = counters.read()
+    finally:
+        counters.close()
+    if found is None or not sizes:
+        return found
+    names = _memory_files(path or "")
     if names is None:
         return None
-    found: dict = {"oom_kill": None, "limit_hits": None}
-    if names is _MEMORY_V1:
-        found["limit_hits"] = _read_int(os.path.join(path, "memory.failcnt"))
-        events, hits_key = os.path.join(path, "memory.oom_control"), None
-    else:
-        events, hits_key = os.path.join(path, "memory.events"), "max"
-    try:
-        with open(events) as fh:
-            for line in fh:
+    found["usage"] = _read_int(os.path.join(path, names[0])) or 0
+    found["peak"] = _read_int(os.path.join(path, names[2])) or found["usage"]
+    limit = _read_int(os.path.join(path, names[1]))
+    found["limit"] = limit if limit is not None and limit < 1 << 60 else None  # v1 "unlimited"
+    return found
+
+
+class MemoryCounters:
+    """``memory_events``'s two counters on descriptors kept open (the env reads them after every
+    cell: two ``pread`` calls instead of opening files). ``read`` returns None once the cgroup
+    is gone (the kernel answers ENODEV)."""
+
+    def __init__(self, events_fd: int, hits_fd: int | None):
+        self._events_fd, self._hits_fd = events_fd, hits_fd
+
+    @classmethod
+    def open(cls, path: str | None) -> MemoryCounters | None:
+        names = _memory_files(path) if path else None
+        if names is None:
+            return None
+        flags = os.O_RDONLY | os.O_CLOEXEC
+        try:
+            if names is _MEMORY_V1:
+                events = os.open(os.path.join(path, "memory.oom_control"), flags)
+                try:
+                    return cls(events, os.open(os.path.join(path, "memory.failcnt"), flags))
+                except OSError:
+                    os.close(events)
+                    raise
+            return cls(os.open(os.path.join(path, "memory.events"), flags), None)
+        except OSError:
+            return None
+
+    def read(self) -> dict | None:
+        found: dict = {"oom_kill": None, "limit_hits": None}
+        try:
+            text = os.pread(self._events_fd, 4096, 0).decode()
+            if self._hits_fd is not None:
+                found["limit_hits"] = int(os.pread(self._hits_fd, 64, 0))
+            for line in text.splitlines():
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
                     found["oom_kill"] = int(value)
-                elif key == hits_key:
+                elif key == "max" and self._hits_fd is None:
                     found["limit_hits"] = int(value)
-    except (OSError, ValueError):
-        return None
-    if found["oom_kill"] is None or found["limit_hits"] is None:
-        return None
-    if sizes:
-        found["usage"] = _read_int(os.path.join(path, names[0])) or 0
-        found["peak"] = _read_int(os.path.join(path, names[2])) or found["usage"]
-        limit = _read_int(os.path.join(path, names[1]))
-        found["limit"] = limit if limit is not None and limit < 1 << 60 else None  # v1 "unlimited"
-    return found
+        except (OSError, ValueError):
+            return None
+        return None if None in found.values() else found
+
+    def close(self) -> None:
+        for fd in (self._events_fd, self._hits_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._events_fd, self._hits_fd = -1, None
 
 
 def cgroup_pids(path: str) -> list[int]:
