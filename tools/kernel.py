@@ -344,8 +344,8 @@ class Kernel:
             status in ("ok", "error", "crashed") and violation is None and self._memory_limit_stopped()
         )
         error_type = reply.get("error_type") if reply else None
-        if memory_hit and status != "crashed":  # a process of the cell was stopped: its failure
-            status, error_type = "error", "MemoryError"
+        if memory_hit:  # a process of the cell was stopped by its memory limit: its failure
+            status, error_type = ("crashed" if status == "crashed" else "error"), "MemoryError"
         if status not in ("ok", "error"):
             self._kill()
             self.restarts += 1

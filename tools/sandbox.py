@@ -1220,6 +1220,10 @@ def apply(
     except OSError as exc:
         # Half-applied is unsafe to run in (the workspace may be hidden): give up loudly.
         raise RuntimeError(f"filesystem setup failed: {exc}") from exc
+    finally:
+        for fd in storage or ():  # attached or unused: no cell inherits them
+            with contextlib.suppress(OSError):
+                os.close(fd)
     if os.geteuid() == 0 and uid > 0 and workspace:
         _chown_tree(workspace, uid, uid)
         os.environ["HOME"] = "/tmp" if active["fs"] == "readonly" else workspace
