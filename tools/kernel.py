@@ -95,11 +95,11 @@ class Kernel:
     signals and siginfo are not evidence, since a cell can forge all of them (``rt_tgsigqueueinfo``
     on itself with a kernel ``si_code``, ``RLIMIT_CPU``...). ``KernelLost``
     (``environment_error``) needs evidence the worker cannot write: no cell of the episode ran
-    yet; the host's OOM-kill counter moved since the worker started (an idle death only); the
-    fork server, which cells cannot reach from their PID namespace, is dead; or the episode's
-    workspace folder is gone from the trainer's view while cells could not remove it (read-only
-    filesystem: it is a mount point to them). The env's own kills (timeout, recycle, close) are
-    never deaths to attribute.
+    yet; an OOM killer ended it while idle although the episode never reached its own memory
+    limit (``_oom_outside_episode``); the fork server, which cells cannot reach from their PID
+    namespace, is dead; or the episode's workspace folder is gone from the trainer's view while
+    cells could not remove it (read-only filesystem: it is a mount point to them). The env's own
+    kills (timeout, recycle, close) are never deaths to attribute.
 
     Memory (``memory_mb``) is bounded from outside, by the worker's memory cgroup (all the
     episode's processes together, files its cells write in the episode's tmpfs included), where
