@@ -46,8 +46,8 @@ def test_unknown_config_key_is_one_line_error(tmp_path: Path):
     result = run_cli("rollout", "--config", str(cfg))
     assert result.returncode == 2
     assert result.stdout.strip().splitlines() == [
-        "error: unknown key env_config.executor.timeout (known keys: max_output_chars, memory_mb, preload, "
-        "python, sandbox, timeout_s)"
+        "error: unknown key env_config.executor.timeout (known keys: disk_mb, max_output_chars, memory_mb, "
+        "preload, python, sandbox, timeout_s)"
     ]
     assert "Traceback" not in result.stderr
 

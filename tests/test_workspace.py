@@ -35,7 +35,7 @@ def test_folders_of_dead_processes_are_swept_and_live_ones_kept(_scratch: Path):
     # A child process creates a workspace and dies without cleaning up.
     code = (
         "from tools.workspace import Workspace; import os; "
-        "print(Workspace(None).path, flush=True); os._exit(0)"
+        "print(Workspace(None).root, flush=True); os._exit(0)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -47,8 +47,9 @@ def test_folders_of_dead_processes_are_swept_and_live_ones_kept(_scratch: Path):
     orphan = Path(out.stdout.strip())
     assert orphan.parent == scratch_root() and orphan.is_dir()
     mine = Workspace(None)  # the first workspace of a process sweeps the scratch root
-    assert not orphan.exists() and mine.path.is_dir()
+    assert not orphan.exists() and mine.path.is_dir()  # unmounted first where it was a tmpfs
     orphan.mkdir()  # a second stale folder with the same dead owner
     assert sweep_stale(scratch_root()) == 1
     assert not orphan.exists() and mine.path.is_dir()
     mine.remove()
+    assert not mine.root.exists()

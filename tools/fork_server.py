@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from tools import kernel_server as wire
@@ -112,7 +113,7 @@ class KernelServer:
         self.preload = preload
         self.sandbox = sandboxing.settings(sandbox)
         self._chan_lock = threading.Lock()
-        self._exits: dict[int, int] = {}
+        self._exits: dict[int, dict] = {}  # the server's exit reports, by worker pid
         self._chan, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         server_script = Path(__file__).with_name("kernel_server.py")
         cfg = json.dumps({"preload": list(preload), "sandbox": self.sandbox})
@@ -134,6 +135,7 @@ class KernelServer:
         self.versions: dict[str, str] = ready.get("versions", {})
         self.failed_preloads: dict[str, str] = ready.get("failed_preloads", {})
         self.effective_sandbox: dict = ready.get("sandbox", {})
+        self.memory_cgroup: str | None = ready.get("memory_cgroup")  # the server's own folder
         for name, why in self.failed_preloads.items():
             log.warning("kernel preload %s failed under %s: %s", name, python, why)
 
@@ -186,19 +188,45 @@ class KernelServer:
                 return
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 report = json.loads(data)
-                self._exits[int(report["exit"])] = int(report["status"])
+                self._exits[int(report["exit"])] = {
+                    "status": int(report["status"]),
+                    "memory": report.get("memory") if isinstance(report.get("memory"), dict) else None,
+                }
                 if len(self._exits) > 4096:  # reports nobody asked for: keep the newest
                     for old in list(self._exits)[:2048]:
                         del self._exits[old]
 
-    def spawn(self, workspace: str, memory_mb: int | None, stateful: bool, cpu_backstop_s: int | None):
+    def exit_report(self, pid: int, wait_s: float) -> dict | None:
+        """The server's report of worker ``pid``'s end (``{"status", "memory"}``), waiting up to
+        ``wait_s`` for it: the server reaps and reports a worker within milliseconds of its
+        death. None when no report came (or the server is gone)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self._chan_lock:
+                self._drain_reports()
+                report = self._exits.get(pid)
+            remaining = deadline - time.monotonic()
+            if report is not None or remaining <= 0 or not self.alive():
+                return report
+            wait_readable([self._chan], min(remaining, 0.05))
+
+    def spawn(
+        self,
+        workspace: str,
+        memory_mb: int | None,
+        stateful: bool,
+        cpu_backstop_s: int | None,
+        tmp: str | None = None,
+    ):
         """Fork a worker; returns (control socket, output read fd, hello, pidfd) — hello has the
-        sandbox protections in force; the pidfd is how the worker is killed, never its pid."""
+        sandbox protections in force; the pidfd is how the worker is killed, never its pid.
+        ``tmp``: the tmp folder of the episode's bounded storage (``tools.workspace``), if any."""
         out_r, out_w = os.pipe()
         ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         spec = {
             "op": "spawn",
             "workspace": workspace,
+            "tmp": tmp,
             "memory_mb": memory_mb,
             "stateful": stateful,
             "cpu_backstop_s": cpu_backstop_s,

@@ -24,10 +24,15 @@ from tools import kernel_server as wire
 from tools import sandbox as sandboxing
 from tools.fork_server import KernelError, KernelServer, wait_readable
 from tools.output import CappedOutput
+from tools.workspace import episode_tmp
 
 log = logging.getLogger(__name__)
 
 CGROUP_KILL_WAIT_S = 0.5
+# How long to wait for the fork server's report of a dead worker (its memory cgroup's final
+# counters); the server reaps within milliseconds, so this bounds only a stuck server.
+EXIT_REPORT_WAIT_S = 3.0
+_warned_no_memory_cgroup = False
 MAX_REPLY_BYTES = 64 * 1024  # a cell's reply is a status line; anything bigger is forged
 DRAIN_LIMIT_S = 0.25  # bound on reading output a cell's leftovers keep writing
 # After a reply the worker must be back waiting for a request (Kernel._worker_idle) before it
@@ -90,11 +95,18 @@ class Kernel:
     signals and siginfo are not evidence, since a cell can forge all of them (``rt_tgsigqueueinfo``
     on itself with a kernel ``si_code``, ``RLIMIT_CPU``...). ``KernelLost``
     (``environment_error``) needs evidence the worker cannot write: no cell of the episode ran
-    yet; the host's OOM-kill counter moved since the worker started (an idle death only); the
-    fork server, which cells cannot reach from their PID namespace, is dead; or the episode's
-    workspace folder is gone from the trainer's view while cells could not remove it (read-only
-    filesystem: it is a mount point to them). The env's own kills (timeout, recycle, close) are
-    never deaths to attribute.
+    yet; an OOM killer ended it while idle although the episode never reached its own memory
+    limit (``_oom_outside_episode``); the fork server, which cells cannot reach from their PID
+    namespace, is dead; or the episode's workspace folder is gone from the trainer's view while
+    cells could not remove it (read-only filesystem: it is a mount point to them). The env's own
+    kills (timeout, recycle, close) are never deaths to attribute.
+
+    Memory (``memory_mb``) is bounded from outside, by the worker's memory cgroup (all the
+    episode's processes together, files its cells write in the episode's tmpfs included), where
+    one can be made; ``RLIMIT_AS`` per process stays as the early, recoverable ``MemoryError``.
+    Whether an OOM killer ended one of the episode's processes is read from that cgroup's own
+    counters (``sandbox.memory_events``), never from the host-wide ``oom_kill`` of
+    ``/proc/vmstat``, which moves for every cgroup's OOM kills, a hostile neighbour's included.
     """
 
     def __init__(
@@ -123,6 +135,9 @@ class Kernel:
         self.sandbox_settings = sandboxing.settings(sandbox)
         self.sandbox: dict = {}  # protections in force in the current worker (from its hello)
         self.cgroup: str | None = None
+        self.memory_cgroup: str | None = None
+        self._memory_seen: dict | None = None  # its counters after the last cell (or the start)
+        self._memory_counters: sandboxing.MemoryCounters | None = None
         self.server = KernelServer.get(python, preload, self.sandbox_settings)
         self._ctrl: socket.socket | None = None
         self._out: int = -1
@@ -145,12 +160,18 @@ class Kernel:
         if not self.server.alive():
             self.server = KernelServer.get(self.server.python, self.server.preload, self.sandbox_settings)
         self._ctrl, self._out, hello, self._pidfd = self.server.spawn(
-            self.workspace, self.memory_mb, self.stateful, self.cpu_backstop_s
+            self.workspace, self.memory_mb, self.stateful, self.cpu_backstop_s, episode_tmp(self.workspace)
         )
         self.pid = _pidfd_pid(self._pidfd) or int(hello.get("pid") or 0) or None
         self.sandbox = dict(hello.get("sandbox") or {})
         self.cgroup = self.sandbox.get("cgroup")
-        self._oom_kills = _oom_kills()  # an OOM kill anywhere since then makes a death ambiguous
+        self.memory_cgroup = self.sandbox.get("memory_cgroup")
+        self._memory_counters = sandboxing.MemoryCounters.open(self.memory_cgroup)
+        self._memory_seen = self._memory_counters.read() if self._memory_counters else None
+        if self._memory_seen is None:
+            self.memory_cgroup = None
+            _warn_no_memory_cgroup(self.memory_mb)
+        self._oom_kills = _oom_kills()  # without a memory cgroup: any OOM kill since makes a death ambiguous
 
     def _kill(self) -> None:
         """Kill the worker and every process it started, by handle, never by a bare pid that
@@ -181,6 +202,9 @@ class Kernel:
         if self._out >= 0:
             os.close(self._out)
         self._close_proc_fds()
+        if self._memory_counters is not None:
+            self._memory_counters.close()
+            self._memory_counters = None
         self._ctrl, self._out, self._pidfd, self.pid, self.cgroup = None, -1, -1, None, None
 
     def _died_while_idle(self) -> bool:
@@ -206,9 +230,41 @@ class Kernel:
             return gone
         if self.sandbox.get("pid_ns") and not self.server.alive():
             return f"the fork server died (exit status {self.server.proc.poll()})"
-        if idle and _oom_kills() != self._oom_kills:
-            return "the host's OOM killer ran while it was idle"
+        if idle and self._oom_outside_episode():
+            return "the host's OOM killer ended it while it was idle"
         return None
+
+    def _memory_now(self) -> dict | None:
+        """The worker's memory cgroup counters; once it is gone with its worker, the fork
+        server's report of the worker's end (read before it removed the cgroup)."""
+        found = self._memory_counters.read() if self._memory_counters is not None else None
+        if found is None and self.pid is not None:
+            report = self.server.exit_report(self.pid, EXIT_REPORT_WAIT_S)
+            found = report.get("memory") if report else None
+        return found
+
+    def _oom_outside_episode(self) -> bool:
+        """An OOM killer ended a process of the episode since its last cell while the episode's
+        own limit was never reached: the host (or a limit above the episode) ran out of memory.
+        Without a memory cgroup: the host-wide counter moved since the worker started."""
+        if self.memory_cgroup is None:
+            return _oom_kills() != self._oom_kills
+        before, after = self._memory_seen, self._memory_now()
+        if before is None or after is None:
+            return False
+        return after["oom_kill"] > before["oom_kill"] and after["limit_hits"] == before["limit_hits"]
+
+    def _memory_limit_stopped(self) -> bool:
+        """During this cell an OOM killer ended one of the episode's processes because the
+        episode reached its own memory limit (both of its cgroup's counters moved)."""
+        before = self._memory_seen
+        if before is None:
+            return False
+        after = self._memory_now()
+        if after is None:
+            return False
+        self._memory_seen = after
+        return after["oom_kill"] > before["oom_kill"] and after["limit_hits"] > before["limit_hits"]
 
     def _workspace_removed(self) -> str | None:
         if self.sandbox.get("fs") == "readonly" and not os.path.isdir(self.workspace):
@@ -284,6 +340,12 @@ class Kernel:
             # the reply itself and kept running. It does not outlive its turn.
             violation, status = "a reply while the cell kept running", "crashed"
             self.violations += 1
+        memory_hit = (
+            status in ("ok", "error", "crashed") and violation is None and self._memory_limit_stopped()
+        )
+        error_type = reply.get("error_type") if reply else None
+        if memory_hit:  # a process of the cell was stopped by its memory limit: its failure
+            status, error_type = ("crashed" if status == "crashed" else "error"), "MemoryError"
         if status not in ("ok", "error"):
             self._kill()
             self.restarts += 1
@@ -297,9 +359,10 @@ class Kernel:
             text = _join(text, self._timeout_message())
         elif violation is not None:
             text = _join(text, self._violation_message(violation))
+        elif memory_hit:
+            text = _join(text, self._memory_message(crashed=status == "crashed"))
         elif status == "crashed":
             text = _join(text, self._crash_message())
-        error_type = reply.get("error_type") if reply else None
         return CellResult(
             status=status,
             output=text,
@@ -490,6 +553,20 @@ class Kernel:
             msg += " The kernel was restarted: variables from earlier cells are lost."
         return msg
 
+    def _memory_message(self, crashed: bool) -> str:
+        if crashed and self.crash_template is not None:
+            return self.crash_template
+        what = "the process running it was stopped" if crashed else "one of its processes was stopped"
+        msg = (
+            "[Error]:\nMemoryError: the cell exceeded the memory limit of "
+            f"{self.memory_mb} MB (all its processes together, files it wrote included); {what}."
+        )
+        if crashed:
+            msg += " The kernel was restarted."
+            if self.stateful:
+                msg += " Variables from earlier cells are lost."
+        return msg
+
     def _idle_death_message(self) -> str:
         if self.crash_template is not None:
             return self.crash_template
@@ -525,8 +602,21 @@ def _running(pid: int) -> bool:
         return False
 
 
+def _warn_no_memory_cgroup(memory_mb: int | None) -> None:
+    global _warned_no_memory_cgroup
+    if memory_mb and not _warned_no_memory_cgroup:
+        _warned_no_memory_cgroup = True
+        log.warning(
+            "executor.memory_mb bounds each process's address space only (RLIMIT_AS): no memory "
+            "cgroup could be made for the kernel workers here (needs a writable cgroup v1 memory "
+            "hierarchy or a v2 one with the memory controller delegated), so an episode's "
+            "processes together can use more"
+        )
+
+
 def _oom_kills() -> int:
-    """The host's OOM-kill counter: a worker SIGKILLed while it moved was maybe the kernel's doing."""
+    """The host's OOM-kill counter (every cgroup's kills too); used only where workers have no
+    memory cgroup of their own."""
     try:
         with open("/proc/vmstat", "rb") as fh:
             for line in fh:

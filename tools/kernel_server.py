@@ -9,14 +9,18 @@ episode, after which each cell is a pipe round-trip to a live process.
 
 Protocol. The server talks only to the process that started it, over an inherited
 ``SOCK_SEQPACKET`` socket pair (no socket path a cell could connect to):
-- the env sends ``{"op": "spawn", "workspace", "memory_mb", "stateful", "cpu_backstop_s"}`` with
-  two descriptors attached (SCM_RIGHTS): its end of a fresh per-episode socket pair and the
-  write end of the episode's output pipe. The server hands both to a worker forked in advance,
+- the env sends ``{"op": "spawn", "workspace", "tmp", "memory_mb", "stateful", "cpu_backstop_s"}``
+  with two descriptors attached (SCM_RIGHTS): its end of a fresh per-episode socket pair and the
+  write end of the episode's output pipe. The server bounds the episode from outside the worker
+  (the memory limit of the worker's memory cgroup; with ``tmp``, the folder of the episode's
+  size-limited storage, detached copies of its workspace and tmp folders for the worker to
+  attach, ``_episode_storage``), then hands it all to a worker forked in advance,
   which sends ``{"hello": true, "pid": ..., "sandbox": {...}}`` with a pidfd of itself on the
   episode's socket and then answers ``{"op": "cell", "seq": n, "code": ...}`` with
   ``{"seq": n, "status": "ok"|"error", ...}`` after the cell's output went into the pipe.
   The sandbox settings are the server's own, fixed at its start; a request cannot change them.
-- the server reports each reaped worker as ``{"exit": pid, "status": waitstatus}`` on the pair.
+- the server reports each reaped worker as ``{"exit": pid, "status": waitstatus, "memory": {...}}``
+  on the pair, ``memory`` being the final counters of its memory cgroup (``sandbox.memory_events``).
 - the server exits (killing its workers) when the pair or its stdin reaches EOF, i.e. when the
   process that started it is gone, whichever thread started it.
 Every message on a stream socket is a 4-byte big-endian length + JSON.
@@ -252,9 +256,10 @@ def _worker_main(
     out_fd: int,
     spec: dict,
     sandbox,
-    own_cgroup: str | None,
+    own_cgroups: dict[str, str],
     namespaces: dict,
     prepared: dict | None = None,
+    storage: list[int] | None = None,
 ) -> None:
     if out_fd <= 2 or conn.fileno() <= 2:
         raise RuntimeError("worker fds collide with stdio")  # _fork_spare keeps 0-2 occupied
@@ -288,7 +293,7 @@ def _worker_main(
     if cpu_backstop:
         resource.setrlimit(resource.RLIMIT_CPU, (int(cpu_backstop), int(cpu_backstop) + 5))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    active = sandbox.apply(spec, own_cgroup, namespaces, prepared)
+    active = sandbox.apply(spec, own_cgroups, namespaces, prepared, storage)
     workspace = spec["workspace"]
     os.chdir(workspace)
     stateful = bool(spec.get("stateful"))
@@ -384,10 +389,10 @@ class _Spare:
     """A worker forked in advance: ``pid`` is the process that will run cells (the init of its
     PID namespace, or the forked process itself where there is none)."""
 
-    def __init__(self, forked: int, handoff: socket.socket, cgroup: str | None):
+    def __init__(self, forked: int, handoff: socket.socket, cgroups: dict[str, str]):
         self.forked = forked
         self.handoff = handoff
-        self.cgroup = cgroup
+        self.cgroups = cgroups  # {controller: folder} the spare joins
         self._pid: int | None = None
 
     def pid(self, timeout_s: float = 10.0) -> int | None:
@@ -417,7 +422,7 @@ def _close_inherited(keep: socket.socket, stdin_fd: int, drop: list) -> None:
     os.closerange(fd + 1, 1 << 16)
 
 
-def _fork_spare(stdin_fd: int, sandbox, server_cgroup: str | None, cfg: dict, drop: list) -> _Spare:
+def _fork_spare(stdin_fd: int, sandbox, server_cgroups: dict[str, str], cfg: dict, drop: list) -> _Spare:
     """Fork a worker in advance; it waits for its episode (spec, control socket, output fd).
 
     Forking a parent that maps the whole preloaded stack costs 10-30 ms (page tables), so the
@@ -447,8 +452,9 @@ def _fork_spare(stdin_fd: int, sandbox, server_cgroup: str | None, cfg: dict, dr
             # Join a cgroup of its own now, while idle: moving a process between cgroups waits
             # for an RCU grace period (~10 ms), which would otherwise delay the episode start.
             # pids.max is set now: the worker's /sys is read-only once its mounts are prepared.
+            # Its memory limit is written by the server at hand-off, when the episode is known.
             limit = cfg.get("max_processes") if cfg.get("cgroup") else None
-            own_cgroup = sandbox.join_new_cgroup(server_cgroup, host_pid, limit) if server_cgroup else None
+            own_cgroups = sandbox.join_new_cgroups(server_cgroups, host_pid, limit)
             _close_inherited(theirs, stdin_fd, [ours, *drop])
             if direct is not None:  # its copies of the server's namespace fds went above
                 namespaces = direct[0]
@@ -465,27 +471,33 @@ def _fork_spare(stdin_fd: int, sandbox, server_cgroup: str | None, cfg: dict, dr
             prepared = sandbox.prepare(cfg, namespaces)  # while idle: off the episode's start
             spec, fds = recv_msg(theirs, with_fds=True)
             theirs.close()
-            if spec is None or len(fds) != 2:
+            if spec is None or len(fds) not in (2, 3, 4):
                 os._exit(0)
             _worker_main(
-                socket.socket(fileno=fds[0]), fds[1], spec, sandbox, own_cgroup, namespaces, prepared
+                socket.socket(fileno=fds[0]),
+                fds[1],
+                spec,
+                sandbox,
+                own_cgroups,
+                namespaces,
+                prepared,
+                fds[2:] or None,
             )
         except BaseException:
             traceback.print_exc()
         finally:
             os._exit(70)
     theirs.close()
-    cgroup = os.path.join(server_cgroup, f"w{pid}") if server_cgroup else None
-    return _Spare(pid, ours, cgroup)
+    return _Spare(pid, ours, {c: os.path.join(d, f"w{pid}") for c, d in server_cgroups.items()})
 
 
 def _hand_off(
     chan: socket.socket,
     spare: _Spare,
-    workers: dict[int, str | None],
+    workers: dict[int, dict[str, str]],
     stdin_fd: int,
     sandbox,
-    server_cgroup: str | None,
+    server_cgroups: dict[str, str],
     cfg: dict,
 ) -> _Spare | bool | None:
     """Serve one message from the env; returns the spare still unused, None once it was handed
@@ -510,18 +522,52 @@ def _hand_off(
     worker = spare.pid()
     if worker is None or not _alive(worker):  # the spare was killed from outside: fork a fresh one
         spare.handoff.close()
-        spare = _fork_spare(stdin_fd, sandbox, server_cgroup, cfg, [chan])
+        spare = _fork_spare(stdin_fd, sandbox, server_cgroups, cfg, [chan])
         worker = spare.pid()
     if worker is not None:
-        workers[worker] = spare.cgroup
+        workers[worker] = spare.cgroups
+    storage = _episode_storage(sandbox, spec, spare, cfg)
     try:
-        send_msg(spare.handoff, spec, fds)
+        send_msg(spare.handoff, spec, fds + storage)
     except OSError:
         pass  # the env sees its socket close without a hello and reports it
     spare.handoff.close()
-    for fd in fds:
+    for fd in fds + storage:
         os.close(fd)
     return None
+
+
+def _episode_storage(sandbox, spec: dict, spare: _Spare, cfg: dict) -> list[int]:
+    """The episode's bounds, set from here (outside the worker, before its first cell): the
+    memory limit of the spare's memory cgroup (``spec["memory_limit"]``, bytes), the identity
+    of its workspace folder, and detached copies of the workspace folder and — when the trainer
+    mounted bounded storage for the episode (``spec["tmp"]``) — of its tmp folder, for the
+    worker to attach in its own mount namespace, which was made before the episode's storage
+    existed. Returns those descriptors (none, one or two)."""
+    memory = spare.cgroups.get("memory") if cfg.get("cgroup") else None
+    spec["memory_cgroup"] = None
+    spec["memory_limit"] = None
+    if memory and os.path.isdir(memory):
+        spec["memory_cgroup"] = memory
+        spec["memory_limit"] = sandbox.limit_memory(memory, spec.get("memory_mb"))
+    workspace, tmp = spec.get("workspace"), spec.get("tmp")
+    spec["workspace_ident"] = None
+    if isinstance(workspace, str):
+        try:
+            st = os.stat(workspace)
+            spec["workspace_ident"] = [st.st_dev, st.st_ino]
+        except OSError:
+            pass
+    if not isinstance(workspace, str):
+        return []
+    paths = [workspace] + ([os.path.realpath(tmp)] if isinstance(tmp, str) else [])
+    clones = [sandbox.clone_mount(path) for path in paths]
+    if None in clones:  # the worker binds the workspace by its path instead (and checks it)
+        for fd in clones:
+            if fd is not None:
+                os.close(fd)
+        return []
+    return clones
 
 
 def _alive(pid: int) -> bool:
@@ -532,7 +578,10 @@ def _alive(pid: int) -> bool:
     return done == 0
 
 
-def _reap(workers: dict[int, str | None], doomed: set[str], chan: socket.socket) -> bool:
+def _reap(workers: dict[int, dict[str, str]], doomed: set[str], chan: socket.socket, sandbox) -> bool:
+    """Reap exited children; for each worker, report its exit with the final counters of its
+    memory cgroup (read here, before the folder is removed: the env decides from them whether an
+    OOM killer ended it, see ``tools.kernel``), then doom its cgroups."""
     reaped = False
     while True:
         try:
@@ -542,11 +591,12 @@ def _reap(workers: dict[int, str | None], doomed: set[str], chan: socket.socket)
         if pid == 0:
             return reaped
         if pid in workers:
-            cgroup = workers.pop(pid)
-            if cgroup:  # whatever the worker left in its cgroup goes too
-                doomed.add(cgroup)
+            cgroups = workers.pop(pid)
+            memory = sandbox.memory_events(cgroups.get("memory"), True)
+            report = {"exit": pid, "status": status, "memory": memory}
+            doomed.update(cgroups.values())  # whatever the worker left in its cgroups goes too
             try:
-                chan.send(json.dumps({"exit": pid, "status": status}).encode(), socket.MSG_DONTWAIT)
+                chan.send(json.dumps(report).encode(), socket.MSG_DONTWAIT)
             except OSError:
                 pass
         reaped = True
@@ -619,7 +669,7 @@ def serve(chan_fd: int, config: dict) -> None:
     chan = socket.socket(fileno=chan_fd)
     sandbox = _load_sandbox()
     sandbox.sweep_cgroups(keep_server_pid=os.getpid())
-    server_cgroup = sandbox.server_cgroup(os.getpid())
+    server_cgroups = sandbox.server_cgroups(os.getpid())
     sandbox.SECCOMP_PROGRAM = sandbox.build_seccomp_program()  # once; workers only load it
     cfg = _workable_settings(sandbox, sandbox.settings(config.get("sandbox")))
     failed = _preload(list(config.get("preload", [])))
@@ -628,7 +678,8 @@ def serve(chan_fd: int, config: dict) -> None:
         "pid": os.getpid(),
         "versions": _versions(),
         "failed_preloads": failed,
-        "cgroup": server_cgroup,
+        "cgroup": server_cgroups.get("pids"),
+        "memory_cgroup": server_cgroups.get("memory"),
         "sandbox": cfg,
     }
     sys.stdout.write(json.dumps(ready) + "\n")
@@ -639,13 +690,13 @@ def serve(chan_fd: int, config: dict) -> None:
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)  # reap (and report) a worker as soon as it exits
-    workers: dict[int, str | None] = {}
+    workers: dict[int, dict[str, str]] = {}
     doomed: set[str] = set()  # cgroups of exited workers still to empty and remove
     stdin_fd = sys.stdin.fileno()
     drop = [chan]
     # Spares ready to hand out: two, so that episodes starting in quick succession do not wait
     # for a spare's two forks and mount setup.
-    spares: list[_Spare] = [_fork_spare(stdin_fd, sandbox, server_cgroup, cfg, drop)]
+    spares: list[_Spare] = [_fork_spare(stdin_fd, sandbox, server_cgroups, cfg, drop)]
     while True:
         try:
             wait_s = 0 if len(spares) < SPARES else 0.5
@@ -659,14 +710,14 @@ def serve(chan_fd: int, config: dict) -> None:
                 os.read(wake_r, 4096)
         if chan.fileno() in readable:
             if not spares:
-                spares.append(_fork_spare(stdin_fd, sandbox, server_cgroup, cfg, drop))
-            result = _hand_off(chan, spares[0], workers, stdin_fd, sandbox, server_cgroup, cfg)
+                spares.append(_fork_spare(stdin_fd, sandbox, server_cgroups, cfg, drop))
+            result = _hand_off(chan, spares[0], workers, stdin_fd, sandbox, server_cgroups, cfg)
             if result is False:
                 break
             if result is None:
                 spares.pop(0)
         # Housekeeping after the hand-off, off the critical path of episode start.
-        if _reap(workers, doomed, chan):
+        if _reap(workers, doomed, chan, sandbox):
             live = set(workers)
             for spare in spares:  # their cell-running process is reparented here before hand-off
                 live.update((spare.forked, spare.pid()))
@@ -675,11 +726,11 @@ def serve(chan_fd: int, config: dict) -> None:
             if sandbox.kill_cgroup(path, timeout_s=0):
                 doomed.discard(path)
         if len(spares) < SPARES:
-            spares.append(_fork_spare(stdin_fd, sandbox, server_cgroup, cfg, drop))
+            spares.append(_fork_spare(stdin_fd, sandbox, server_cgroups, cfg, drop))
     for spare in spares:
-        workers[spare.forked] = None
+        workers[spare.forked] = {}
         if spare.pid(timeout_s=1.0):
-            workers[spare.pid()] = spare.cgroup
+            workers[spare.pid()] = spare.cgroups
     for pid in list(workers):
         for kill in (os.killpg, os.kill):
             try:
@@ -687,7 +738,7 @@ def serve(chan_fd: int, config: dict) -> None:
             except OSError:
                 pass
     _kill_orphans(set())
-    if server_cgroup:
+    for server_cgroup in set(server_cgroups.values()):
         for name in os.listdir(server_cgroup) if os.path.isdir(server_cgroup) else []:
             child = os.path.join(server_cgroup, name)
             if os.path.isdir(child):

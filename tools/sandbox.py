@@ -53,11 +53,13 @@ DEFAULTS = {
     "max_processes": 512,  # processes + threads per worker (pids cgroup / RLIMIT_NPROC headroom)
     "file_size_mb": 1024,  # largest single file a cell may write
     "network": False,  # False: the worker gets an empty network namespace where permitted
-    "cgroup": True,  # False: no per-worker pids cgroup even where one could be made
+    "cgroup": True,  # False: no per-worker pids and memory cgroups even where they could be made
     # True: a private mount namespace where every filesystem is read-only except the episode's
     # workspace and fresh private /tmp and /dev/shm (root only; others keep file permissions)
     "readonly_fs": True,
-    "tmp_mb": 256,  # size of the private /tmp (and /dev/shm) tmpfs
+    # size of the private /tmp (and /dev/shm) tmpfs, where the episode has no bounded storage
+    # (executor.disk_mb not enforced); otherwise they are folders of that storage
+    "tmp_mb": 256,
     # True: each worker is the init of its own PID (and IPC, UTS) namespace with its own /proc
     # (root, or a user namespace where the kernel allows unprivileged ones)
     "pid_namespace": True,
@@ -79,65 +81,234 @@ def settings(section=None) -> dict:
 
 
 # ----------------------------------------------------------------------------- cgroups
+#
+# Each worker gets a cgroup of its own per controller: ``pids`` (tracking and the process cap)
+# and ``memory`` (``executor.memory_mb`` for all of the episode's processes together). Under
+# cgroup v1 they live in separate hierarchies (/sys/fs/cgroup/pids/..., /sys/fs/cgroup/memory/...);
+# under v2 one folder holds both. The fork server creates ``deepanalyze-<server pid>`` in this
+# process's own cgroup of each hierarchy and one ``w<worker pid>`` below it per worker.
+
+CGROUP_CONTROLLERS = ("pids", "memory")
 
 
-def _pids_hierarchy() -> str | None:
-    """Directory of this process's own pids cgroup, if the pids controller is mounted."""
+def _hierarchy(controller: str) -> str | None:
+    """Directory of this process's own cgroup for ``controller`` (v1 hierarchy named after it,
+    else the v2 one where it is enabled), if mounted."""
     try:
         with open("/proc/self/cgroup") as fh:
             lines = fh.read().splitlines()
     except OSError:
         return None
-    v1 = "/sys/fs/cgroup/pids"
+    v1 = f"/sys/fs/cgroup/{controller}"
     for line in lines:
         _, controllers, path = line.split(":", 2)
-        if "pids" in controllers.split(",") and os.path.isdir(v1):
+        if controller in controllers.split(",") and os.path.isdir(v1):
             return os.path.join(v1, path.lstrip("/"))
     for line in lines:
         if line.startswith("0::"):
             base = os.path.join("/sys/fs/cgroup", line[3:].lstrip("/"))
             try:
                 with open(os.path.join(base, "cgroup.controllers")) as fh:
-                    if "pids" in fh.read().split():
+                    if controller in fh.read().split():
                         return base
             except OSError:
                 return None
     return None
 
 
-def server_cgroup(server_pid: int) -> str | None:
-    """Create (or find) the fork server's cgroup folder; None where cgroups are not writable."""
-    base = _pids_hierarchy()
-    if base is None:
-        return None
-    path = os.path.join(base, f"{CGROUP_PREFIX}{server_pid}")
-    try:
-        os.makedirs(path, exist_ok=True)
-        if os.path.exists(os.path.join(base, "cgroup.subtree_control")):  # v2: delegate pids
+def _pids_hierarchy() -> str | None:
+    return _hierarchy("pids")
+
+
+def _is_v2(path: str) -> bool:
+    return os.path.exists(os.path.join(path, "cgroup.controllers"))
+
+
+def server_cgroups(server_pid: int) -> dict[str, str]:
+    """Create (or find) the fork server's cgroup folder in each hierarchy it can write:
+    ``{controller: folder}``, empty where cgroups are not writable. Under v2 both controllers
+    name the same folder."""
+    found: dict[str, str] = {}
+    for controller in CGROUP_CONTROLLERS:
+        base = _hierarchy(controller)
+        if base is None:
+            continue
+        path = os.path.join(base, f"{CGROUP_PREFIX}{server_pid}")
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:
+            continue
+        if _is_v2(base):  # delegate the controller to the workers' folders
             with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.subtree_control"), "w") as fh:
-                fh.write("+pids")
-        return path
-    except OSError:
-        return None
+                fh.write(f"+{controller}")
+        found[controller] = path
+    return found
+
+
+def server_cgroup(server_pid: int) -> str | None:
+    """The fork server's pids cgroup folder (see ``server_cgroups``)."""
+    return server_cgroups(server_pid).get("pids")
+
+
+def join_new_cgroups(server_dirs: dict[str, str], pid: int, max_processes: int | None) -> dict[str, str]:
+    """Move the calling worker (host pid ``pid``, which names the folders) into a fresh cgroup of
+    its own under each of the server's folders: ``{controller: folder}`` for those it joined.
+    It writes 0 ("the writer"): inside a new PID namespace its host pid means nothing to the
+    kernel. A memory cgroup only counts from here on: the pages the worker shares with the
+    server (the preloaded stack) stay charged to the server."""
+    joined: dict[str, str] = {}
+    for controller, server_dir in server_dirs.items():
+        path = os.path.join(server_dir, f"w{pid}")
+        if path in joined.values():  # v2: one folder for both controllers
+            joined[controller] = path
+            continue
+        try:
+            os.mkdir(path)
+            if max_processes and controller == "pids":
+                with contextlib.suppress(OSError), open(os.path.join(path, "pids.max"), "w") as fh:
+                    fh.write(str(int(max_processes)))
+            with open(os.path.join(path, "cgroup.procs"), "w") as fh:
+                fh.write("0")
+            joined[controller] = path
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+    if "memory" in joined and not _memory_files(joined["memory"]):
+        del joined["memory"]  # v2 without the memory controller delegated: nothing to bound
+    return joined
 
 
 def join_new_cgroup(server_dir: str, pid: int, max_processes: int | None) -> str | None:
-    """Move the calling worker (host pid ``pid``, which names the folder) into a fresh cgroup of
-    its own; returns its path. It writes 0 ("the writer"): inside a new PID namespace its host
-    pid means nothing to the kernel."""
-    path = os.path.join(server_dir, f"w{pid}")
+    """The pids-only form of ``join_new_cgroups``."""
+    return join_new_cgroups({"pids": server_dir}, pid, max_processes).get("pids")
+
+
+# memory cgroup files: (usage, limit, peak, events) under v1 and v2
+_MEMORY_V1 = ("memory.usage_in_bytes", "memory.limit_in_bytes", "memory.max_usage_in_bytes")
+_MEMORY_V2 = ("memory.current", "memory.max", "memory.peak")
+
+
+def _memory_files(path: str) -> tuple[str, str, str] | None:
+    for names in (_MEMORY_V1, _MEMORY_V2):
+        if os.path.exists(os.path.join(path, names[0])):
+            return names
+    return None
+
+
+def _read_int(path: str) -> int | None:
     try:
-        os.mkdir(path)
-        if max_processes:
-            with contextlib.suppress(OSError), open(os.path.join(path, "pids.max"), "w") as fh:
-                fh.write(str(int(max_processes)))
-        with open(os.path.join(path, "cgroup.procs"), "w") as fh:
-            fh.write("0")
-        return path
+        with open(path) as fh:
+            text = fh.read().strip()
     except OSError:
-        with contextlib.suppress(OSError):
-            os.rmdir(path)
         return None
+    if text == "max":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def limit_memory(path: str, memory_mb: int | None) -> int | None:
+    """Bound the worker cgroup at ``path`` to ``memory_mb`` MiB beyond what it holds now (the
+    worker's own setup, a few MiB), without swapping at the limit. Written by the fork server,
+    outside the worker, before its first cell. Returns the limit in bytes (None: ``memory_mb``
+    is None or the kernel refused, and the cgroup only counts)."""
+    names = _memory_files(path)
+    if names is None or not memory_mb:
+        return None
+    usage = _read_int(os.path.join(path, names[0])) or 0
+    limit = usage + int(memory_mb) * 1024 * 1024
+    try:
+        with open(os.path.join(path, names[1]), "w") as fh:
+            fh.write(str(limit))
+    except OSError:
+        return None
+    if names is _MEMORY_V1:
+        # No swapping at the limit. Not memory.memsw.limit_in_bytes: a charge refused there
+        # moves no failcnt (Linux 6.x), and ``memory_events`` needs one that moves.
+        with contextlib.suppress(OSError), open(os.path.join(path, "memory.swappiness"), "w") as fh:
+            fh.write("0")
+    else:
+        with contextlib.suppress(OSError), open(os.path.join(path, "memory.swap.max"), "w") as fh:
+            fh.write("0")
+    return limit
+
+
+def memory_events(path: str | None, sizes: bool = False) -> dict | None:
+    """What the memory cgroup at ``path`` saw: ``oom_kill`` (its processes killed by an OOM
+    killer, its own or the host's), ``limit_hits`` (times its usage reached its *own* limit:
+    v1 ``memory.failcnt``, v2 ``memory.events`` ``max``; an ancestor's limit or the host
+    running out does not move it) and, with ``sizes``, ``usage``, ``peak`` and ``limit`` in
+    bytes. None when it is gone or unreadable. Cells cannot write these files (``/sys`` is
+    read-only to them and they hold no capabilities), so they are evidence the trainer may use."""
+    counters = MemoryCounters.open(path)
+    if counters is None:
+        return None
+    try:
+        found = counters.read()
+    finally:
+        counters.close()
+    if found is None or not sizes:
+        return found
+    names = _memory_files(path or "")
+    if names is None:
+        return None
+    found["usage"] = _read_int(os.path.join(path, names[0])) or 0
+    found["peak"] = _read_int(os.path.join(path, names[2])) or found["usage"]
+    limit = _read_int(os.path.join(path, names[1]))
+    found["limit"] = limit if limit is not None and limit < 1 << 60 else None  # v1 "unlimited"
+    return found
+
+
+class MemoryCounters:
+    """``memory_events``'s two counters on descriptors kept open (the env reads them after every
+    cell: two ``pread`` calls instead of opening files). ``read`` returns None once the cgroup
+    is gone (the kernel answers ENODEV)."""
+
+    def __init__(self, events_fd: int, hits_fd: int | None):
+        self._events_fd, self._hits_fd = events_fd, hits_fd
+
+    @classmethod
+    def open(cls, path: str | None) -> MemoryCounters | None:
+        names = _memory_files(path) if path else None
+        if names is None:
+            return None
+        flags = os.O_RDONLY | os.O_CLOEXEC
+        try:
+            if names is _MEMORY_V1:
+                events = os.open(os.path.join(path, "memory.oom_control"), flags)
+                try:
+                    return cls(events, os.open(os.path.join(path, "memory.failcnt"), flags))
+                except OSError:
+                    os.close(events)
+                    raise
+            return cls(os.open(os.path.join(path, "memory.events"), flags), None)
+        except OSError:
+            return None
+
+    def read(self) -> dict | None:
+        found: dict = {"oom_kill": None, "limit_hits": None}
+        try:
+            text = os.pread(self._events_fd, 4096, 0).decode()
+            if self._hits_fd is not None:
+                found["limit_hits"] = int(os.pread(self._hits_fd, 64, 0))
+            for line in text.splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    found["oom_kill"] = int(value)
+                elif key == "max" and self._hits_fd is None:
+                    found["limit_hits"] = int(value)
+        except (OSError, ValueError):
+            return None
+        return None if None in found.values() else found
+
+    def close(self) -> None:
+        for fd in (self._events_fd, self._hits_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._events_fd, self._hits_fd = -1, None
 
 
 def cgroup_pids(path: str) -> list[int]:
@@ -150,8 +321,9 @@ def cgroup_pids(path: str) -> list[int]:
 
 def freeze_forks(path: str) -> None:
     """``pids.max`` 0: no process of the cgroup can fork any more."""
-    with contextlib.suppress(OSError), open(os.path.join(path, "pids.max"), "w") as fh:
-        fh.write("0")
+    if os.path.exists(os.path.join(path, "pids.max")):
+        with contextlib.suppress(OSError), open(os.path.join(path, "pids.max"), "w") as fh:
+            fh.write("0")
 
 
 def kill_cgroup(path: str, timeout_s: float = 1.0) -> bool:
@@ -188,30 +360,29 @@ def kill_cgroup(path: str, timeout_s: float = 1.0) -> bool:
 
 
 def sweep_cgroups(keep_server_pid: int | None = None) -> int:
-    """Kill and remove cgroups left by fork servers that no longer exist."""
-    base = _pids_hierarchy()
-    if base is None:
-        return 0
+    """Kill and remove cgroups left by fork servers that no longer exist (every hierarchy)."""
     removed = 0
-    try:
-        entries = os.listdir(base)
-    except OSError:
-        return 0
-    for entry in entries:
-        if not entry.startswith(CGROUP_PREFIX):
-            continue
+    bases = {b for b in (_hierarchy(c) for c in CGROUP_CONTROLLERS) if b is not None}
+    for base in sorted(bases):
         try:
-            owner = int(entry[len(CGROUP_PREFIX) :])
-        except ValueError:
+            entries = os.listdir(base)
+        except OSError:
             continue
-        if owner == keep_server_pid or os.path.exists(f"/proc/{owner}"):
-            continue
-        server_dir = os.path.join(base, entry)
-        for child in _subdirs(server_dir):
-            kill_cgroup(child, timeout_s=0.5)
-        with contextlib.suppress(OSError):
-            os.rmdir(server_dir)
-            removed += 1
+        for entry in entries:
+            if not entry.startswith(CGROUP_PREFIX):
+                continue
+            try:
+                owner = int(entry[len(CGROUP_PREFIX) :])
+            except ValueError:
+                continue
+            if owner == keep_server_pid or os.path.exists(f"/proc/{owner}"):
+                continue
+            server_dir = os.path.join(base, entry)
+            for child in _subdirs(server_dir):
+                kill_cgroup(child, timeout_s=0.5)
+            with contextlib.suppress(OSError):
+                os.rmdir(server_dir)
+                removed += 1
     return removed
 
 
@@ -512,6 +683,10 @@ def _hidden_top_dirs() -> list[str]:
     return sorted(found)
 
 
+def _under(path: str, folders: list[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
 def _readonly_filesystem(tmp_mb: int, pid_ns: bool, keep_root: bool = False) -> dict | None:
     """Make every mount read-only in a private mount namespace, give the worker its own empty
     /tmp and /dev/shm and (in a PID namespace) its own /proc. Needs CAP_SYS_ADMIN: root, or
@@ -522,12 +697,18 @@ def _readonly_filesystem(tmp_mb: int, pid_ns: bool, keep_root: bool = False) -> 
     if not _private_mount_namespace(libc):
         return None
     covered: dict[str, int] = {}
+    hidden = _hidden_top_dirs()
+    to_cover = [p for p in (*_COVERED, *hidden) if os.path.isdir(p)]
+    kept_all = [k for p in to_cover for k in _paths_under(p)]
     for point in sorted(set(_mount_points()), key=len):
         if point == "/proc" or point.startswith("/proc/"):
             continue  # replaced below by the worker's own /proc
+        if _under(point, to_cover) and not _under(point, kept_all):
+            # Hidden below a fresh tmpfs (other episodes' storage under the scratch root, say):
+            # out of the cells' reach, and one remount fewer per mount on the host.
+            continue
         with contextlib.suppress(OSError):
             _mount(libc, None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(point))
-    hidden = _hidden_top_dirs()
     for private in (*_COVERED, *hidden):
         if os.path.isdir(private):
             # Opened inside the new namespace, so the fd names this namespace's copy of the mount.
@@ -583,6 +764,72 @@ def _bind_workspace(workspace: str, covered: dict[str, int]) -> None:
         for fd in covered.values():
             os.close(fd)
         covered.clear()
+
+
+# open_tree(2) and move_mount(2) (Linux >= 5.2; the same numbers on every architecture since)
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT = 428, 429
+_OPEN_TREE_CLONE, _MOVE_MOUNT_F_EMPTY_PATH, _AT_FDCWD = 1, 4, -100
+
+
+def clone_mount(path: str) -> int | None:
+    """A detached copy of the folder ``path`` (``open_tree(OPEN_TREE_CLONE)``) as a descriptor a
+    worker can attach in its own mount namespace, which was made before the episode's storage
+    was mounted and so does not hold it. Same filesystem, same files: what the cells write there
+    the trainer reads at ``path``. None where the kernel or privileges refuse."""
+    libc = _libc()
+    if libc is None:
+        return None
+    fd = libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(path), _OPEN_TREE_CLONE | os.O_CLOEXEC)
+    return fd if fd >= 0 else None
+
+
+def _move_mount(libc, fd: int, target: str) -> None:
+    if libc.syscall(_SYS_MOVE_MOUNT, fd, b"", _AT_FDCWD, os.fsencode(target), _MOVE_MOUNT_F_EMPTY_PATH) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"move_mount {target}: {os.strerror(err)}")
+
+
+def _attach_storage(workspace: str, storage: list[int], covered: dict[str, int]) -> None:
+    """Attach the episode's folders, which come as detached mounts (``clone_mount``). With two,
+    the episode has bounded storage (one size-limited tmpfs the trainer mounted,
+    ``tools.workspace``): its ``tmp`` folder goes over the worker's private /tmp and /dev/shm
+    (interpreter folders bound back under the private /tmp are bound again on top, read-only),
+    so everything a cell can write is in that tmpfs. Then the workspace folder goes at the
+    workspace's path (inside the new /tmp when the scratch root lies under /tmp)."""
+    libc = _libc()
+    ws_fd, tmp_fd = storage[0], (storage[1] if len(storage) > 1 else None)
+    kept = _paths_under("/tmp") if tmp_fd is not None else []
+    kept_fds: list[int] = []
+    try:
+        kept_fds = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in kept]
+        if tmp_fd is not None:
+            _move_mount(libc, tmp_fd, "/tmp")
+            for path, fd in zip(kept, kept_fds, strict=True):
+                os.makedirs(path, exist_ok=True)
+                _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+                with contextlib.suppress(OSError):
+                    _mount(libc, None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(path))
+            if os.path.isdir("/dev/shm"):
+                _mount(libc, "/tmp", "/dev/shm", None, MS_BIND)
+        os.makedirs(workspace, exist_ok=True)
+        _move_mount(libc, ws_fd, workspace)
+    finally:
+        for fd in kept_fds:
+            os.close(fd)
+        for fd in covered.values():
+            os.close(fd)
+        covered.clear()
+
+
+def _check_workspace(workspace: str, ident) -> None:
+    """The folder the cells will work in is the one the trainer named (same device and inode
+    as the fork server saw it): a bind that silently landed on another folder — an empty one
+    under the episode's mount, say — fails the worker's start instead of losing the files."""
+    if not ident:
+        return
+    st = os.stat(workspace)
+    if [st.st_dev, st.st_ino] != list(ident):
+        raise OSError(f"the workspace at {workspace} is not the episode's folder")
 
 
 def prepare(cfg: dict, namespaces: dict) -> dict:
@@ -898,21 +1145,33 @@ def install_seccomp() -> str:
 
 
 def apply(
-    spec: dict, own_cgroup: str | None, namespaces: dict | None = None, prepared: dict | None = None
+    spec: dict,
+    own_cgroups: dict[str, str] | None,
+    namespaces: dict | None = None,
+    prepared: dict | None = None,
+    storage: list[int] | None = None,
 ) -> dict:
     """Apply the sandbox inside the worker (after setsid, before its first cell).
 
-    ``own_cgroup``: the cgroup the worker already joined (None: none could be made). With
-    ``sandbox.cgroup`` off the worker stays in it but nothing relies on it (the fallback path).
-    ``namespaces``: what ``enter_namespaces`` entered for this worker; ``prepared``: what
-    ``prepare`` set up (None: done here, as the start-up probe does). Privileges are dropped
-    and the syscall filter loaded last: the mounts before need them.
+    ``own_cgroups``: the cgroups the worker already joined, by controller (empty or None: none
+    could be made). With ``sandbox.cgroup`` off the worker stays in them but nothing relies on
+    them (the fallback path). ``spec["memory_cgroup"]`` is set by the fork server when it wrote
+    the episode's memory limit there. ``namespaces``: what ``enter_namespaces`` entered for this
+    worker; ``prepared``: what ``prepare`` set up (None: done here, as the start-up probe does);
+    ``storage``: detached mounts of the episode's workspace folder and, where its storage is
+    bounded, its tmp folder (``clone_mount``), or None. Privileges are dropped and the syscall
+    filter loaded last: the mounts before need them.
     Returns what is in force, reported to the env and recorded with the episode.
     """
     cfg = settings(spec.get("sandbox"))
     ns = namespaces or {"pid_ns": False, "user_ns": False, "network": "open"}
+    own_cgroups = own_cgroups or {}
+    own_cgroup = own_cgroups.get("pids")
     active: dict = {
         "cgroup": None,
+        "memory_cgroup": spec.get("memory_cgroup") if cfg.get("cgroup") else None,
+        "memory_limit_mb": spec.get("memory_mb") if spec.get("memory_limit") else None,
+        "storage": "private /tmp",
         "network": ns["network"],
         "nproc": None,
         "file_size_mb": None,
@@ -949,12 +1208,22 @@ def apply(
             prepared = prepare(cfg, ns)
         active["fs"] = prepared["fs"]
         if prepared["covered"] is not None and workspace:
-            _bind_workspace(os.path.realpath(workspace), prepared["covered"])
+            if storage:
+                _attach_storage(os.path.realpath(workspace), storage, prepared["covered"])
+                active["storage"] = "episode tmpfs" if len(storage) > 1 else active["storage"]
+            else:
+                _bind_workspace(os.path.realpath(workspace), prepared["covered"])
         if prepared["fs"] == "readonly":
             _seal_hidden()
+        if workspace:
+            _check_workspace(workspace, spec.get("workspace_ident"))
     except OSError as exc:
         # Half-applied is unsafe to run in (the workspace may be hidden): give up loudly.
         raise RuntimeError(f"filesystem setup failed: {exc}") from exc
+    finally:
+        for fd in storage or ():  # attached or unused: no cell inherits them
+            with contextlib.suppress(OSError):
+                os.close(fd)
     if os.geteuid() == 0 and uid > 0 and workspace:
         _chown_tree(workspace, uid, uid)
         os.environ["HOME"] = "/tmp" if active["fs"] == "readonly" else workspace

@@ -102,7 +102,9 @@ def _remove_tree(path: str) -> bool:
     # going back up through ".." is checked to land where we came from.
     names: list[str] = []
     ids: list[tuple[int, int]] = [(top.st_dev, top.st_ino)]
-    stuck: set[tuple[int, int]] = set()  # folders that could not be emptied or removed
+    # Folders that could not be entered or removed, as (their parent's identity, their name): a
+    # mount point's identity differs from the inode its parent lists, so names are the key.
+    stuck: set[tuple[tuple[int, int], str]] = set()
     dirty: set[tuple[int, int]] = set()  # folders where a file could not be unlinked
     failures: list[str] = []
     try:
@@ -113,9 +115,7 @@ def _remove_tree(path: str) -> bool:
                     child = _open_dir(sub, fd)
                 except OSError as exc:
                     failures.append(f"{sub}: {exc.strerror}")
-                    with contextlib.suppress(OSError):
-                        st = os.stat(sub, dir_fd=fd, follow_symlinks=False)
-                        stuck.add((st.st_dev, st.st_ino))
+                    stuck.add((ids[-1], sub))
                     continue
                 st = os.fstat(child)
                 os.close(fd)
@@ -135,13 +135,13 @@ def _remove_tree(path: str) -> bool:
             os.close(fd)
             fd = parent
             name = names.pop()
-            gone = ids.pop()
+            ids.pop()
             try:
                 os.rmdir(name, dir_fd=fd)
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                stuck.add(gone)
+                stuck.add((ids[-1], name))
                 failures.append(f"{name}: {exc.strerror}")
     finally:
         os.close(fd)
@@ -165,7 +165,6 @@ def _empty_files_find_subdir(
     try:
         scanner = os.scandir(fd)
     except OSError as exc:
-        stuck.add(here)
         failures.append(f"cannot list a folder: {exc.strerror}")
         return None
     with scanner:
@@ -175,7 +174,7 @@ def _empty_files_find_subdir(
             except OSError:
                 is_dir = False
             if is_dir:
-                if (here[0], entry.inode()) not in stuck:
+                if (here, entry.name) not in stuck:
                     return entry.name
                 continue
             if here in dirty:

@@ -99,7 +99,7 @@ def replay_prefix(env_config: Any, row: dict[str, Any]) -> str | None:
     turns = parse_prefix(row.get("prefix"), profile.has_answer)
     source = resolve_workspace(config.workspace_root, row.get("data"), row.get("workspace_id"))
     try:
-        workspace = Workspace(source)
+        workspace = Workspace(source, config.executor.disk_mb)
     except UnsafeWorkspace as exc:
         raise ConfigError(str(exc)) from exc
     kernel = None

@@ -30,9 +30,9 @@ class SandboxConfig:
     max_processes: int | None = None  # processes + threads per worker [512]
     file_size_mb: int | None = None  # largest single file a cell may write [1024]
     network: bool | None = None  # allow network access [false: empty network namespace]
-    cgroup: bool | None = None  # a pids cgroup per worker where one can be made [true]
+    cgroup: bool | None = None  # a pids and a memory cgroup per worker where they can be made [true]
     readonly_fs: bool | None = None  # everything read-only but the workspace, as root [true]
-    tmp_mb: int | None = None  # size of the private /tmp and /dev/shm [256]
+    tmp_mb: int | None = None  # private /tmp and /dev/shm size where disk_mb cannot hold [256]
     pid_namespace: bool | None = None  # each worker the init of its own PID namespace + /proc [true]
     uid: int | None = None  # as root, the uid cells run as; 0 keeps root, capabilities dropped [65534]
     seccomp: bool | None = None  # the libseccomp syscall filter in each worker [true]
@@ -45,7 +45,11 @@ class ExecutorConfig:
     timeout_s: float = 10.0
     """Wall-clock limit per cell; the worker and everything it started are killed past it."""
     memory_mb: int | None = 2048
-    """Address space a cell may add beyond the preloaded stack (``RLIMIT_AS``); null: no cap."""
+    """Memory all of an episode's processes may add together beyond the preloaded stack (a
+    memory cgroup per worker; also each process's ``RLIMIT_AS``); null: no cap."""
+    disk_mb: int | None = 512
+    """What an episode may write beyond its workspace copy: workspace, /tmp and /dev/shm share
+    one tmpfs of this size over the copy (root); null: no bound."""
     max_output_chars: int = 20000
     """Longer output keeps its head and tail with a marker between them."""
     python: str | None = None
@@ -60,6 +64,8 @@ class ExecutorConfig:
             raise ConfigError("env_config.executor.timeout_s must be > 0")
         if self.memory_mb is not None and self.memory_mb <= 0:
             raise ConfigError("env_config.executor.memory_mb must be > 0 or null")
+        if self.disk_mb is not None and self.disk_mb <= 0:
+            raise ConfigError("env_config.executor.disk_mb must be > 0 or null")
         if self.max_output_chars < 100:
             raise ConfigError("env_config.executor.max_output_chars must be >= 100")
 

@@ -226,7 +226,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
             return messages, {}
         try:
             try:
-                self.workspace = Workspace(self.source_workspace)
+                self.workspace = Workspace(self.source_workspace, self.config.executor.disk_mb)
             except UnsafeWorkspace as exc:  # the task's data is wrong: loud, like a missing folder
                 raise ConfigError(str(exc)) from exc
             self.kernel = start_kernel(self.config, self.profile, self.workspace.path)

@@ -20,6 +20,7 @@ import skyrl_gym
 import tools.sandbox
 from tests.conftest import code, qa_extras, wait_gone
 from tools.tree import remove_tree
+from tools.workspace import scratch_root
 
 PROMPT = [{"role": "user", "content": "Which store has the highest revenue?"}]
 ANSWER_B = "<Analyze>done</Analyze>\n<Answer>\nAnswer: B\n</Answer>"
@@ -159,7 +160,10 @@ def test_workspace_removed_from_outside_is_an_environment_error(workspace_root: 
         if when == "worker_dead":
             os.kill(env.kernel.pid, signal.SIGKILL)
             _wait_dead(env)
-        assert remove_tree(env.workspace.path.parent if when == "scratch_root" else env.workspace.path)
+        # An operator's rm -rf of the scratch root leaves a bounded workspace's mount point (busy)
+        # and removes everything in it.
+        remove_tree(scratch_root() if when == "scratch_root" else env.workspace.path)
+        assert not env.workspace.path.exists()
         out = env.step(code("print(2)"))
         meta = out["metadata"]
         assert out["done"] is True and meta["reward_status"] == "environment_error"

@@ -166,6 +166,31 @@ def _unremovable_left(root: Path) -> None:
     assert (stale_bad / "rootowned" / "f").exists() and not (stale_bad / "other").exists()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a tmpfs")
+def test_a_mount_point_in_the_tree_is_emptied_and_left_without_looping(tmp_path: Path):
+    """A folder that is a mount point (an episode's bounded storage, issue 39) cannot be removed:
+    its parent lists the inode under the mount, not the mounted root's, so the removal keys what
+    it could not remove by name. It used to spin forever on it."""
+    import threading
+
+    mnt = tmp_path / "tree" / "storage"
+    mnt.mkdir(parents=True)
+    (tmp_path / "tree" / "beside.txt").write_text("x")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], check=True)
+    try:
+        (mnt / "sub").mkdir()
+        (mnt / "sub" / "f").write_text("x")
+        result: list[bool] = []
+        worker = threading.Thread(target=lambda: result.append(remove_tree(tmp_path / "tree")), daemon=True)
+        worker.start()
+        worker.join(timeout=30)
+        assert result == [False], "the removal did not return"
+        assert mnt.is_dir() and os.listdir(mnt) == []  # emptied, left in place
+        assert not (tmp_path / "tree" / "beside.txt").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
 def test_sweep_removes_deep_stale_folders_and_skips_links(_scratch: Path, tmp_path: Path):
     deep_tree(_scratch / stale_name())
     outside = tmp_path / "outside"
