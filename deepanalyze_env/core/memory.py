@@ -122,8 +122,9 @@ class TreeReader:
     """Reads a tree's summed RSS and PSS, cheaply enough to sample a trainer several times a
     second: RSS from ``statm`` at every reading, PSS as that RSS times the process's PSS/RSS ratio
     from its latest ``smaps_rollup`` (re-read every ``ROLLUP_EVERY_S``, at once for a process seen
-    for the first time, and whenever its RSS moved by more than a fifth or 64 MiB since). A ratio moves slowly — what a process shares is decided by how it
-    was forked and what it maps — while RSS is what moves within a step."""
+    for the first time, and whenever its RSS moved by more than a fifth or 64 MiB since). A ratio
+    moves slowly — what a process shares is decided by how it was forked and what it maps — while
+    RSS is what moves within a step."""
 
     root: int
     _ratios: dict[int, tuple[float, float, int]] = field(default_factory=dict)  # pid -> (ratio, at, rss)
