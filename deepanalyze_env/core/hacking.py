@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, get_args
 
 from deepanalyze_env.core import protocol, tool_calls
+from deepanalyze_env.core.records import own_turn_indices
 from rewards import accuracy_component
 
 SuspectReason = Literal["long_answer", "many_numbers", "no_working_cell", "forged_output"]
@@ -85,11 +86,11 @@ class Watched:
 
     @classmethod
     def of_record(cls, record: Mapping[str, Any]) -> Watched:
-        """An episode record (docs/design.md §9); a record of either action format."""
-        from deepanalyze_env.core.records import own_turn_indices
-
+        """An episode record (docs/design.md §9); a record of either action format (a tools
+        record keeps each turn's free text as ``content`` and its call as ``tool_calls``)."""
         messages = record.get("messages") or []
         own = [messages[i] for i in own_turn_indices(dict(record))]
+        texts = tuple(str(m.get("content") or "") for m in own)
         if tool_calls.is_tools_record(dict(record)):
             answer = None
             for message in own:
@@ -98,9 +99,7 @@ class Watched:
                     checked = tool_calls.check_call(function.get("name"), function.get("arguments"))
                     if isinstance(checked, tool_calls.ToolCall) and checked.name == tool_calls.SUBMIT_ANSWER:
                         answer = protocol.answer_value(checked.argument)
-            texts = tuple(str(m.get("content") or "") for m in own)
         else:
-            texts = tuple(str(m.get("content") or "") for m in own)
             answer = protocol.extract_answer(texts)
         reward = record.get("reward")
         return cls(
