@@ -115,7 +115,8 @@ def pipeline(args: argparse.Namespace) -> dict[str, Any]:
                 "rollout.max_turn_tokens": args.max_turn_tokens,
                 "trl.max_completion_length": args.episode_tokens,
                 "trl.num_generations": args.num_generations,
-                "trl.gradient_accumulation_steps": args.num_generations * args.groups_per_step,  # micro-batch 1
+                # the recipe's micro-batch 1, accumulated to the step's episodes
+                "trl.gradient_accumulation_steps": args.num_generations * args.groups_per_step,
                 "trl.temperature": args.temperature,
                 "trl.learning_rate": args.grpo_lr,
             },

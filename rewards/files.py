@@ -3,9 +3,10 @@
 ``reward_spec["expected_file"]`` holds the reference table inline (``name``, ``columns``,
 ``rows``; an optional ``tolerance`` for numeric cells), so scoring needs no file outside the
 episode's scratch workspace. The comparison reports three components, so a score says *what*
-differs: ``file_schema`` (column names: shared / all), ``file_rows`` (row counts: smaller /
-larger) and ``file_values`` (cells of the shared columns that agree, in row order or, failing
-that, after sorting both tables; over the larger row count). :func:`compare_table` also returns
+differs: ``file_schema`` (column names: shared / all, a name written twice counting twice),
+``file_rows`` (row counts: smaller / larger) and ``file_values`` (cells of the shared columns
+that agree, in row order or, failing that, after sorting both tables; over the larger row
+count). :func:`compare_table` also returns
 the differences as sentences for people (``deepanalyze-rl bank`` and the tests print them).
 """
 
@@ -156,9 +157,15 @@ def compare_file(workspace: Path, name: str, expected: Mapping[str, Any]) -> Fil
     problems: list[str] = []
     shared = [c for c in want_cols if c in got_cols]
     union = set(want_cols) | set(got_cols)
-    schema = len(shared) / len(union) if union else 1.0
+    # a name written twice is two columns (the values compared are the first one's): without
+    # this, a right column followed by junk under the same name scored full schema marks
+    repeats = len(got_cols) - len(set(got_cols))
+    schema = len(shared) / (len(union) + repeats) if union else 1.0
     if missing := [c for c in want_cols if c not in got_cols]:
         problems.append(f"missing columns: {', '.join(missing)}")
+    if repeats:
+        twice = sorted({c for c in got_cols if got_cols.count(c) > 1})
+        problems.append(f"columns named more than once: {', '.join(c or '(unnamed)' for c in twice)}")
     if extra := [c for c in got_cols if c not in want_cols]:
         problems.append(f"unexpected columns: {', '.join(c or '(unnamed: an index column?)' for c in extra)}")
     n_got, n_want = table.n_rows, len(want_rows)

@@ -141,6 +141,78 @@ def test_the_self_check_fails_a_task_whose_ground_truth_is_wrong(sample, tmp_pat
     assert not check.ok and any("answer_match=0.000" in p for p in check.problems)
 
 
+def _one_cell_draft(task: dict, cell: str, answer: AnswerFormat):
+    from deepanalyze_env.offline.bank.families.base import Cell, Draft
+
+    workspace = type("W", (), {"id": task["workspace_id"]})()
+    return Draft(
+        task["family"],
+        task["tables"][0],
+        workspace,
+        task["instruction"],
+        answer,
+        "",
+        [Cell("look", cell)],
+        "done",
+        ("x",),
+    )
+
+
+def test_the_self_check_fails_a_task_whose_tolerance_accepts_the_next_printed_value(sample, tmp_path):
+    from deepanalyze_env.offline.bank.episodes import empty_judge_cache, last_digit_moved, play
+
+    out, _ = sample
+    task = next(t for t in tasks_of(out) if t["family"] == "describe_stat")
+    truth = task["reward_spec"]["ground_truth"]
+    decimals = len(truth.split(".")[1]) if "." in truth else 0
+    loose = 2 * 10**-decimals  # two units of the last printed digit: the next value up passes
+    task = {**task, "reward_spec": {**task["reward_spec"], "tolerance": loose}}
+    draft = _one_cell_draft(task, f"print('Final answer: {truth}')", AnswerFormat("number", decimals))
+    check = play(task, draft, out, empty_judge_cache(tmp_path))
+    up = last_digit_moved(truth, 1)
+    assert check.problems == [
+        f"{up} (one unit off the truth {truth}) scored answer_match",
+        f"{last_digit_moved(truth, -1)} (one unit off the truth {truth}) scored answer_match",
+    ]
+    assert up != truth and abs(float(up) - float(truth)) == pytest.approx(10**-decimals)
+
+
+def test_the_self_check_keeps_the_shipped_tolerance(sample, tmp_path):
+    from deepanalyze_env.offline.bank.episodes import empty_judge_cache, play
+
+    out, _ = sample
+    task = next(t for t in tasks_of(out) if t["family"] == "describe_stat")
+    truth = task["reward_spec"]["ground_truth"]
+    decimals = len(truth.split(".")[1]) if "." in truth else 0
+    draft = _one_cell_draft(task, f"print('Final answer: {truth}')", AnswerFormat("number", decimals))
+    assert play(task, draft, out, empty_judge_cache(tmp_path)).problems == []
+
+
+def test_the_self_check_fails_a_cleaning_task_that_the_raw_file_passes(sample, tmp_path):
+    import csv
+
+    from deepanalyze_env.offline.bank.episodes import empty_judge_cache, play
+
+    out, _ = sample
+    task = next(t for t in tasks_of(out) if t["family"] == "cleaning")
+    expected = task["reward_spec"]["expected_file"]
+    [raw] = sorted((out / "workspaces" / task["workspace_id"]).glob("*.csv"))
+    header, *rows = list(csv.reader(raw.open(encoding="utf-8")))
+    degenerate = {**expected, "columns": header, "rows": rows}  # "cleaning" that changes nothing
+    spec = {**task["reward_spec"], "expected_file": degenerate, "ground_truth": str(len(rows))}
+    task = {**task, "reward_spec": spec}
+    cell = (
+        f"import shutil\nshutil.copy({raw.name!r}, {expected['name']!r})\nprint('Final answer: {len(rows)}')"
+    )
+    check = play(
+        task,
+        _one_cell_draft(task, cell, AnswerFormat("integer", file=expected["name"])),
+        out,
+        empty_judge_cache(tmp_path),
+    )
+    assert check.problems == [f"{raw.name} saved unchanged as {expected['name']} scored full file marks"]
+
+
 # ------------------------------------------------------------------------------ determinism
 def test_a_rebuild_is_byte_identical_and_check_names_differences(tmp_path, capsys):
     kwargs = {

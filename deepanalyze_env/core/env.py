@@ -31,6 +31,7 @@ from deepanalyze_env.core.contracts import (
     Termination,
     TurnMetadata,
 )
+from deepanalyze_env.core.hacking import Watched, suspect_reasons
 from deepanalyze_env.core.prefix import PrefixTurn, first_mismatch, parse_prefix, prefix_messages
 from deepanalyze_env.core.profiles import PROFILES
 from deepanalyze_env.core.records import RecordWriter, build_record, judge_versions, package_version
@@ -472,6 +473,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
         have it, so statuses, terminations and exec outcomes are given for every finished episode
         (0 or 1, or a per-turn fraction) and their means read as rates. ``finished`` 0 means the
         trainer stopped the episode (token budget) before the env said done; SkyRL adapters key on it.
+        ``suspect`` is 1 for a finished episode the reward-hacking watch flags (its mean is the rate).
         """
         metrics: dict[str, Any] = {"turns": self.turns, "finished": float(self.final_metadata is not None)}
         if self.code_pass:
@@ -490,6 +492,8 @@ class DeepAnalyzeEnv(BaseTextEnv):
                 metrics[f"termination_{termination}"] = float(meta["termination"] == termination)
             for name, value in meta["reward_components"].items():
                 metrics[f"reward/{name}"] = value
+            # the reward-hacking watch (core/hacking.py): 1 for a high score that looks wrong
+            metrics["suspect"] = float(bool(suspect_reasons(Watched.of_env(self))))
         return metrics
 
     def result(self) -> EpisodeResult:

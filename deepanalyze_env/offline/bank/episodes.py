@@ -5,9 +5,14 @@ its reason and a fenced ``<Code>`` cell run by the real kernel; the answer turn 
 what the episode's own code printed (the line after ``Final answer:``), not from the ground
 truth, so the self-check compares two computations: the reference program's (the ground truth)
 and the episode's (other idioms). The self-check then requires full marks on every
-deterministic component (turn shaping excepted: it measures length, not correctness), and a
-deliberately wrong answer rescored through the same plan must score 0 on every answer
-component. Records follow the record contract; the fields that measure time
+deterministic component (turn shaping excepted: it measures length, not correctness), and the
+same plan, rescoring the episode's own context, must refuse what is not the answer: a
+deliberately wrong answer scores 0 on every answer component; the ground truth moved by one
+unit of its last printed digit (either way) scores 0 on it — the bank's tolerance is half
+that unit, so a looser tolerance or a matcher blind to the last digit fails the build; for a
+file task, the written file with one numeric cell moved past the file tolerance, or with the
+task's raw input saved unchanged in its place (the cleaning left out), falls short of full
+file marks. Rescoring costs no kernel time. Records follow the record contract; the fields that measure time
 (``timings``, ``exec[].elapsed_ms``) are zeroed so that builds are byte-identical, and
 ``openresearch`` episodes, built without a judge, carry ``reward_status: verifier_error`` with
 a fixed note — ``deepanalyze-rl rescore`` with a judge fills in the rubric scores.
@@ -15,9 +20,12 @@ a fixed note — ``deepanalyze-rl rescore`` with a judge fills in the rubric sco
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import math
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +141,7 @@ def play(
             if score < 1.0:
                 problems.append(f"reference scored {name}={score:.3f}")
         if not judged:
+            problems += _perturbed_scores_below_full(env, task)
             problems += _wrong_scores_zero(env, task, value)
         record = build_record(env.result())
     finally:
@@ -144,6 +153,97 @@ def play(
         record["judge"] = None
         record["error"] = UNJUDGED
     return EpisodeCheck(record, problems)
+
+
+def last_digit_moved(text: str, step: int) -> str | None:
+    """``text`` moved by ``step`` units of its last printed digit (``3.14`` → ``3.15``, ``7`` →
+    ``6``), or None when it is not a plain finite decimal."""
+    try:
+        number = Decimal(str(text).strip())
+    except InvalidOperation:
+        return None
+    if not number.is_finite():
+        return None
+    exponent = number.as_tuple().exponent
+    assert isinstance(exponent, int)
+    return str(number + step * Decimal(1).scaleb(exponent))
+
+
+def _answer_scores(env: Any, ctx: Any, answer: str) -> dict[str, float]:
+    outcome = env.plan.score(dataclasses.replace(ctx, answer=answer))
+    return {n: v for n, v in outcome.components.items() if n in ANSWER_COMPONENTS}
+
+
+def _perturbed_scores_below_full(env: Any, task: dict[str, Any]) -> list[str]:
+    """The perturbations of the module docstring, each rescored through the episode's plan."""
+    spec = task["reward_spec"]
+    ctx = env._context()
+    problems: list[str] = []
+    truth = spec.get("ground_truth")
+    if "answer_parts" in spec.get("function", []):
+        parts = [(str(name), str(value)) for name, value in truth]
+        for i, (name, value) in enumerate(parts):
+            for step in (1, -1):
+                moved = last_digit_moved(value, step)
+                if moved is None:
+                    continue
+                answer = " ".join(f"@{n}[{moved if j == i else v}]" for j, (n, v) in enumerate(parts))
+                if _answer_scores(env, ctx, answer).get("answer_parts_all", 0.0) != 0.0:
+                    problems.append(f"part {name} at {moved} (one unit off {value}) scored answer_parts_all")
+    elif "answer_match" in spec.get("function", []) and isinstance(truth, str | int):
+        for step in (1, -1):
+            moved = last_digit_moved(str(truth), step)
+            if moved is not None and _answer_scores(env, ctx, moved).get("answer_match", 0.0) != 0.0:
+                problems.append(f"{moved} (one unit off the truth {truth}) scored answer_match")
+    expected = spec.get("expected_file")
+    if expected and ctx.workspace is not None:
+        problems += _file_perturbations(env, ctx, expected)
+    return problems
+
+
+FILE_MARKS = ("file_schema", "file_rows", "file_values")
+
+
+def _file_perturbations(env: Any, ctx: Any, expected: dict[str, Any]) -> list[str]:
+    target = Path(ctx.workspace) / expected["name"]
+    if not target.is_file():
+        return []  # the reference check already names the missing file
+    original = target.read_bytes()
+    problems: list[str] = []
+    rows = list(csv.reader(io.StringIO(original.decode("utf-8"))))
+    tolerance = float(expected.get("tolerance", 1e-6))
+    cell = next(
+        (
+            (r, c, Decimal(v))
+            for r, row in enumerate(rows[1:], 1)
+            for c, v in enumerate(row)
+            if last_digit_moved(v, 1) is not None
+        ),
+        None,
+    )
+    try:
+        if cell is not None:
+            r, c, number = cell
+            unit = Decimal(1).scaleb(int(number.as_tuple().exponent))
+            rows[r][c] = str(number + max(unit, Decimal(repr(10 * tolerance))))
+            buffer = io.StringIO()
+            csv.writer(buffer, lineterminator="\n").writerows(rows)
+            target.write_text(buffer.getvalue(), encoding="utf-8")
+            if _full_file_marks(env, ctx):
+                problems.append(f"{expected['name']} with {rows[r][c]} for {number} scored full file marks")
+        raw = sorted(p for p in Path(env.source_workspace).glob("*.csv") if p.name != expected["name"])
+        if raw:
+            target.write_bytes(raw[0].read_bytes())
+            if _full_file_marks(env, ctx):
+                problems.append(f"{raw[0].name} saved unchanged as {expected['name']} scored full file marks")
+    finally:
+        target.write_bytes(original)
+    return problems
+
+
+def _full_file_marks(env: Any, ctx: Any) -> bool:
+    components = env.plan.score(ctx).components
+    return all(components.get(name) == 1.0 for name in FILE_MARKS)
 
 
 def _wrong_scores_zero(env: Any, task: dict[str, Any], value: str) -> list[str]:

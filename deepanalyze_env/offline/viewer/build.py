@@ -29,7 +29,7 @@ from deepanalyze_env.core.records import load_run, read_records
 from deepanalyze_env.offline.rundir import KEPT_FILE, MANIFEST
 from deepanalyze_env.offline.stats import compute_stats, summary_rows
 from deepanalyze_env.offline.viewer.highlight import CLASSES
-from deepanalyze_env.offline.viewer.payload import INDEX_COLUMNS, Payload, script_json
+from deepanalyze_env.offline.viewer.payload import INDEX_COLUMNS, Payload, script_json, suspect_of
 
 HERE = Path(__file__).resolve().parent
 HISTOGRAM_BINS = 20
@@ -132,7 +132,8 @@ def build_view(
     """Load the runs in ``sources`` and write the page to ``out``.
 
     ``progress(done, total)`` is called as episodes are laid out (lexing code cells is the slow
-    part), so the command can show a bar on long runs.
+    part), so the command can show a bar on long runs. Episodes the reward-hacking watch flags
+    (``core/hacking.py``) come first, each group in run order: they are what to read first.
     """
     payload = Payload()
     all_records: list[dict[str, Any]] = []
@@ -142,17 +143,13 @@ def build_view(
     seen: set[str] = set()
     duplicates = 0
     runs = [(Path(source), load_run(Path(source), rescored=rescored)) for source in sources]
-    total = sum(len(run.records) for _, run in runs)
-    done = 0
+    shown: list[tuple[dict[str, Any], bool | None, int, list[str]]] = []
     for s, (path, run) in enumerate(runs):
         kept, kept_source = _kept_ids(path, run.records, keep)
         if kept_source:
             kept_sources.append(kept_source)
         source_names.append(str(path))
         for record in run.records:
-            done += 1
-            if progress is not None and (done % 100 == 0 or done == total):
-                progress(done, total)
             eid = str(record.get("episode_id"))
             if eid in seen:
                 duplicates += 1
@@ -162,7 +159,12 @@ def build_view(
             record_bytes += (
                 len(json.dumps(record, ensure_ascii=False, default=str).encode("utf-8", "replace")) + 1
             )
-            payload.add(record, kept=None if kept is None else eid in kept, source=s)
+            shown.append((record, None if kept is None else eid in kept, s, suspect_of(record)))
+    shown.sort(key=lambda item: not item[3])  # stable: suspects first, each group in run order
+    for done, (record, kept_flag, s, suspect) in enumerate(shown, 1):
+        if progress is not None and (done % 100 == 0 or done == len(shown)):
+            progress(done, len(shown))
+        payload.add(record, kept=kept_flag, source=s, suspect=suspect)
     if not all_records:
         raise ViewError(f"{', '.join(map(str, sources))}: no episode records")
     stats = compute_stats(all_records)
@@ -177,6 +179,7 @@ def build_view(
         "status_counts": stats["status_counts"],
         "termination_counts": stats["termination_counts"],
         "episodes": stats["episodes"],
+        "suspects": sum(1 for item in shown if item[3]),
         "histogram": reward_histogram(all_records),
         "highlight_classes": list(CLASSES),
     }

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
 from deepanalyze_env.core.filters import DERIVED
+from deepanalyze_env.core.hacking import Watched, suspect_reasons
 from deepanalyze_env.core.tool_calls import SUBMIT_ANSWER, assistant_text
 from deepanalyze_env.offline.viewer.highlight import code_runs
 
@@ -42,6 +43,7 @@ INDEX_COLUMNS = (
     "failed_cells",
     "source",
     "text",
+    "suspect",  # the reward-hacking watch's reasons (core/hacking.py); [] for an unflagged episode
 )
 _JUDGE_SETTINGS = ("backend", "model", "base_url", "temperature", "max_tokens", "prompt_hashes")
 
@@ -114,6 +116,16 @@ def _final_answer(record: dict[str, Any]) -> str:
     return ""
 
 
+def suspect_of(record: dict[str, Any]) -> list[str]:
+    """Why the reward-hacking watch flags the episode (empty when it does not), computed from the
+    record itself, so runs recorded before the watch existed are watched too."""
+    try:
+        return suspect_reasons(Watched.of_record(record))
+    except Exception as exc:  # a malformed old record is shown, unflagged, never refused
+        log.debug("no watch verdict for %s: %s", record.get("episode_id"), exc)
+        return []
+
+
 def _excerpt(text: Any) -> str:
     text = " ".join(str(text or "").split())
     return text[:EXCERPT]
@@ -171,7 +183,11 @@ class Payload:
             weights = {str(c): 1.0 for c in record.get("reward_components") or {}}
         return weights, "plan" if fingerprint == versions.get("reward_plan") else "recomputed"
 
-    def add(self, record: dict[str, Any], *, kept: bool | None, source: int) -> None:
+    def add(
+        self, record: dict[str, Any], *, kept: bool | None, source: int, suspect: list[str] | None = None
+    ) -> None:
+        """Index row and body of one episode; ``suspect``: its watch reasons when already known."""
+        suspect = suspect_of(record) if suspect is None else suspect
         code_pass = record.get("code_pass") or []
         method = DERIVED["method"](record)
         versions = record.get("versions") or {}
@@ -204,6 +220,7 @@ class Payload:
                 sum(1 for p in code_pass if not p),
                 source,
                 text,
+                list(suspect),
             ]
         )
         weights, weight_source = self.weights(record)
@@ -239,6 +256,7 @@ class Payload:
             "versions": self.share(versions or None),
             "timings": record.get("timings"),
             "error": record.get("error"),
+            "suspect": list(suspect),
         }
         self.bodies.append(script_json(body))
 

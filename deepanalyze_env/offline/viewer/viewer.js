@@ -44,6 +44,13 @@
     var known = { scored: 1, verifier_error: 1, environment_error: 1, unfinished: 1 };
     return el("span", "badge" + (known[status] ? " st-" + status : ""), status);
   }
+  // the reward-hacking watch's reasons (docs/design.md §12): a high score that looks wrong
+  function suspectBadge(reasons) {
+    if (!reasons || !reasons.length) return null;
+    var b = el("span", "badge suspect", "suspect");
+    b.title = "reward-hacking watch: " + reasons.join(", ");
+    return b;
+  }
   function kv(pairs) {
     var dl = el("dl", "kv");
     pairs.forEach(function (p) {
@@ -103,6 +110,8 @@
       return [k, fmt(meta.components[k].n), fmt(meta.components[k].mean, 4)];
     }), [0, 1, 1]));
     add(box, add(grid, p1, p2, p3));
+    if (meta.suspects) add(box, el("p", "note suspect-note", meta.suspects + " suspect episode" + (meta.suspects === 1 ? "" : "s") +
+      " (high reward, anomalous answer or work: reward-hacking watch) listed first; filter with \"suspect\"."));
     if (meta.duplicates) add(box, el("p", "note", meta.duplicates + " repeated episode ids across the sources were shown once (first copy)."));
   }
 
@@ -139,6 +148,11 @@
     kept.name = "kept";
     [["any", ""], ["kept", "yes"], ["not kept", "no"]].forEach(function (o) { add(kept, new Option(o[0], o[1])); });
     if (!rows.some(function (r) { return r[C.kept] !== null; })) kept.disabled = true;
+    var suspect = el("select");
+    suspect.name = "suspect";
+    [["any", ""], ["suspect", "yes"], ["not suspect", "no"]].forEach(function (o) { add(suspect, new Option(o[0], o[1])); });
+    if (!meta.suspects) suspect.disabled = true;
+    add(form, add(el("label", null, "suspect"), suspect));
     var keptLabel = add(el("label", null, "kept"), kept);
     if (meta.kept_source) keptLabel.title = "kept = " + meta.kept_source;
     add(form, keptLabel);
@@ -206,6 +220,8 @@
       if (rmax !== null && !(reward !== null && reward <= rmax)) continue;
       if (f.kept === "yes" && r[C.kept] !== true) continue;
       if (f.kept === "no" && r[C.kept] !== false) continue;
+      if (f.suspect === "yes" && !(r[C.suspect] && r[C.suspect].length)) continue;
+      if (f.suspect === "no" && r[C.suspect] && r[C.suspect].length) continue;
       if (q && lowered[i].indexOf(q) < 0 && !(f.full && bodyText(i).indexOf(qJson) >= 0)) continue;
       out.push(i);
     }
@@ -272,7 +288,7 @@
       var i = vis[j], r = rows[i];
       var tr = el("tr");
       tr.dataset.episode = String(i);
-      add(tr, add(el("td", "mono"), link(r[C.id], "#/e/" + i)));
+      add(tr, add(el("td", "mono"), link(r[C.id], "#/e/" + i), suspectBadge(r[C.suspect])));
       add(tr, el("td", null, r[C.task]), el("td", null, r[C.method]), el("td", null, r[C.family]), el("td", null, r[C.policy]));
       add(tr, add(el("td"), badge(r[C.status])), el("td", null, r[C.termination]));
       add(tr, el("td", "num", fmt(r[C.reward])), el("td", "num", r[C.turns]));
@@ -454,10 +470,14 @@
     var box = el("article", "episode");
     box.dataset.episode = String(i);
     var head = el("div", "ep-head");
-    add(head, el("h2", "mono", r[C.id]), badge(r[C.status]), el("span", null, "reward " + fmt(r[C.reward])),
+    add(head, el("h2", "mono", r[C.id]), badge(r[C.status]), suspectBadge(r[C.suspect]), el("span", null, "reward " + fmt(r[C.reward])),
       el("span", null, "task " + r[C.task]), el("span", null, "policy " + r[C.policy]), el("span", null, "source " + meta.sources[r[C.source]]));
     add(box, head);
     if (!body) { add(box, el("p", "error-box", "episode body missing")); return box; }
+    if (body.suspect && body.suspect.length) {
+      add(box, add(el("div", "error-box suspect-box"), el("b", null, "reward-hacking watch: "),
+        document.createTextNode(body.suspect.join(", ") + " — a high score with an anomalous answer or no working cell; read it before trusting the reward")));
+    }
     if (body.error || body.reward_status !== "scored") {
       var err = add(el("div", "error-box"), el("b", null, body.reward_status !== "scored" ? "not scored: " + body.reward_status : "error"));
       if (body.error) add(err, el("pre", "episode-error", body.error));

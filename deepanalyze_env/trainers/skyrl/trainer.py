@@ -14,7 +14,8 @@
    dataloader) and learns from every generation (``generate``); see ``curriculum``.
 
 Counts of excluded rows go to the step's metrics under ``deepanalyze/``, the curriculum's under
-``deepanalyze/curriculum/``.
+``deepanalyze/curriculum/``; ``deepanalyze/suspect`` counts the episodes the reward-hacking watch
+flagged (each row's env metric ``suspect``, also logged as the rate ``environment/suspect``).
 """
 
 from __future__ import annotations
@@ -136,6 +137,10 @@ class DeepAnalyzeTrainer(RayPPOTrainer):
                 "deepanalyze/excluded_length": counts["length"],
                 "deepanalyze/scored_length": counts["length_scored"],
                 "deepanalyze/trained_fraction": live / total,
+                # the reward-hacking watch: episodes whose env metrics flag them (core/hacking.py)
+                "deepanalyze/suspect": sum(
+                    int((m or {}).get("suspect", 0.0)) for m in generator_output.get("env_metrics") or []
+                ),
             }
         )
         # the outage rate among episodes that needed a measured reward: format-gate failures and

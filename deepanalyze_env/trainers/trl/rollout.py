@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.env import DeepAnalyzeEnv
+from deepanalyze_env.core.hacking import flag_envs
 from deepanalyze_env.core.memory import PeakWatch
 from deepanalyze_env.core.tag_tokens import token_rules
 from deepanalyze_env.core.tasks import env_extras
@@ -227,6 +228,7 @@ class RolloutStats:
     scoring_seconds: float = 0.0
     groups: int = 0
     zero_variance_groups: int = 0
+    suspects: list[tuple[str, list[str]]] = field(default_factory=list)  # core/hacking.py: (id, reasons)
 
 
 class DeepAnalyzeRollout:
@@ -425,6 +427,7 @@ class DeepAnalyzeRollout:
                 groups[str(ep.row["task_id"])].append(float(meta["reward"]))
             for name, value in meta["reward_components"].items():
                 self.stats.components[name].append(value)
+        self.stats.suspects += flag_envs(ep.env for ep in episodes)
         counted, zero = group_variance(groups.values())
         self.stats.groups += counted
         self.stats.zero_variance_groups += zero

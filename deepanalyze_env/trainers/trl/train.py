@@ -21,6 +21,7 @@ from rich.table import Table
 
 from deepanalyze_env.core import protocol, tool_calls
 from deepanalyze_env.core.config import ConfigError, EnvConfig
+from deepanalyze_env.core.hacking import summarize
 from deepanalyze_env.core.memory import PeakFigures, PeakWatch, gib
 from deepanalyze_env.core.models import resolve_model
 from deepanalyze_env.core.records import load_run, write_jsonl_atomic
@@ -146,6 +147,10 @@ def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any], line: dict
         f"loss {loss_word}",
         "",
     )
+    if line["suspect"]["count"]:
+        watch = line["suspect"]
+        reasons = ", ".join(f"{k}={v}" for k, v in watch["reasons"].items())
+        table.add_row("suspect", f"{watch['count']} ({reasons}): {' '.join(watch['episode_ids'][:3])}", "")
     return table
 
 
@@ -185,6 +190,7 @@ def step_line(
             "loss_nonzero": (abs(float(loss)) > 0.0) if isinstance(loss, int | float) else None,
         },
         "trainer": {k: v for k, v in logs.items() if isinstance(v, int | float)},
+        "suspect": summarize(stats.suspects),  # the reward-hacking watch (core/hacking.py)
     }
 
 
