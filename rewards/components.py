@@ -18,12 +18,14 @@ def qa_exact(answer: str | None, ground_truth) -> float:
     return float(answer is not None and answer == str(ground_truth))
 
 
-@register_reward("datatask_code", optional=True)
-@register_reward("openresearch_code", optional=True)
-def code_pass_rate(code_pass: list[int]) -> float | None:
-    """Mean per-turn code_pass; absent when no code turn ran (nothing to average)."""
+@register_reward("datatask_code")
+@register_reward("openresearch_code")
+def code_pass_rate(code_pass: list[int]) -> float:
+    """Mean per-turn code_pass; 0 when no code turn ran. Leaving the component out then (as it
+    once was) made skipping code pay: an answer-only episode was scored on its other components
+    alone, while one failing cell halved the reward of an episode that tried."""
     if not code_pass:
-        return None
+        return 0.0
     return sum(code_pass) / len(code_pass)
 
 

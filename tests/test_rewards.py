@@ -152,9 +152,12 @@ def test_weight_for_unknown_component_is_rejected():
         RewardPlan.build({"method": "qa_plain", "weights": {"qa_acc": 1}})
 
 
-def test_code_component_is_absent_without_code_turns():
+def test_an_episode_without_code_turns_scores_its_code_component_0():
+    """Skipping code must not pay: an answer-only datatask episode gets datatask_code 0, so its
+    reward is the mean of 1.0 and 0.0 (it once left the component out and scored 1.0)."""
     out = RewardPlan.build({"method": "datatask", "function": ["test_len_ok"]}).score(ctx(code_pass=[]))
-    assert out.components == {"test_len_ok": 1.0}
+    assert out.components == {"test_len_ok": 1.0, "datatask_code": 0.0}
+    assert out.reward == 0.5
 
 
 def test_openresearch_turns_counts_cells_that_earned_code_pass_capped_at_one():
@@ -199,7 +202,7 @@ def test_async_functions_are_awaited():
         return 0.5
 
     out = RewardPlan.build({"method": "datatask", "function": ["test_async_half"]}).score(ctx(code_pass=[]))
-    assert out.components == {"test_async_half": 0.5}
+    assert out.components == {"test_async_half": 0.5, "datatask_code": 0.0}
 
 
 def test_plan_fingerprint_changes_with_weights():
