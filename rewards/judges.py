@@ -13,10 +13,11 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from rewards.judge.errors import JudgePromptTooLong
 from rewards.judge.parse import DIMENSIONS
 from rewards.judge.session import JudgeSession
 from rewards.judge.transcript import episode_transcript
-from rewards.registry import register_reward
+from rewards.registry import Noted, register_reward
 
 OPENDOMAIN_COMPONENTS = tuple(f"openresearch_{dim}" for dim in DIMENSIONS)
 NO_REFERENCE = "(no reference provided)"
@@ -43,6 +44,20 @@ def _session(judge: Any, function: str) -> JudgeSession:
     return judge
 
 
+async def _ask(
+    session: JudgeSession, rubric: str, fields: dict[str, Any], policy_fields: tuple[str, ...], zero: Any
+) -> Any:
+    """The judge's verdict, or ``zero`` with the reason when the episode's own text makes the
+    prompt too long to send (the policy's failure, scored — never ``verifier_error``, which
+    training masks: a policy could otherwise hide a bad episode by rambling)."""
+    try:
+        return await session.evaluate(rubric, fields, policy_fields=policy_fields)
+    except JudgePromptTooLong as exc:
+        if not exc.policy_caused:
+            raise
+        return Noted(zero, str(exc))
+
+
 def _as_text(value: Any) -> str:
     if value is None:
         return ""
@@ -58,7 +73,7 @@ def _as_text(value: Any) -> str:
 )
 async def judge_analysis(
     question: str | None, messages: list[dict], turns: int, prefix_turns: int, judge: Any
-) -> float:
+) -> float | Noted:
     """Quality of the analysis process (1–5) over the whole trajectory, observations included → /5.
 
     The judge sees what the policy saw, so it can tell a conclusion the outputs support from
@@ -69,16 +84,17 @@ async def judge_analysis(
     """
     session = _session(judge, "judge_analysis")
     transcript = episode_transcript(messages, turns, prefix_turns)
-    score = await session.evaluate(
-        "judge_analysis", {"question": _as_text(question), "trajectory": transcript}
-    )
-    return float(score) / 5.0
+    fields = {"question": _as_text(question), "trajectory": transcript}
+    score = await _ask(session, "judge_analysis", fields, ("trajectory",), 0.0)
+    return score if isinstance(score, Noted) else float(score) / 5.0
 
 
 @register_reward(
     "judge_accuracy", components=("judge_accuracy",), needs_judge=True, aliases=("llm_as_judgement_accuracy",)
 )
-async def judge_accuracy(question: str | None, answer: str | None, ground_truth: Any, judge: Any) -> float:
+async def judge_accuracy(
+    question: str | None, answer: str | None, ground_truth: Any, judge: Any
+) -> float | Noted:
     """Agreement of the final answer with the reference (0–5) → /5.
 
     A missing answer scores 0.0 without a call: there is nothing to compare, and the format
@@ -91,10 +107,9 @@ async def judge_accuracy(question: str | None, answer: str | None, ground_truth:
     reference = _as_text(ground_truth)
     if not reference.strip():
         raise ValueError("judge_accuracy needs reward_spec.ground_truth (the reference answer); it is empty")
-    score = await session.evaluate(
-        "judge_accuracy", {"question": _as_text(question), "reference": reference, "candidate": answer}
-    )
-    return float(score) / 5.0
+    fields = {"question": _as_text(question), "reference": reference, "candidate": answer}
+    score = await _ask(session, "judge_accuracy", fields, ("candidate",), 0.0)
+    return score if isinstance(score, Noted) else float(score) / 5.0
 
 
 @register_reward(
@@ -105,7 +120,7 @@ async def judge_accuracy(question: str | None, answer: str | None, ground_truth:
 )
 async def judge_opendomain(
     question: str | None, answer: str | None, ground_truth: Any, judge: Any
-) -> dict[str, float]:
+) -> dict[str, float] | Noted:
     """Five report dimensions (usefulness, richness, soundness, interpretability, readability), each 1–5 → /5.
 
     A missing answer scores 0.0 on every dimension without a call: there is no report to
@@ -115,13 +130,15 @@ async def judge_opendomain(
     if answer is None:
         return dict.fromkeys(OPENDOMAIN_COMPONENTS, 0.0)
     reference = _as_text(ground_truth)
-    scores = await session.evaluate(
-        "judge_opendomain",
-        {
-            "question": _as_text(question),
-            "reference": reference if reference.strip() else NO_REFERENCE,
-            "candidate": answer,
-        },
+    fields = {
+        "question": _as_text(question),
+        "reference": reference if reference.strip() else NO_REFERENCE,
+        "candidate": answer,
+    }
+    scores = await _ask(
+        session, "judge_opendomain", fields, ("candidate",), dict.fromkeys(OPENDOMAIN_COMPONENTS, 0.0)
     )
+    if isinstance(scores, Noted):
+        return scores
     assert isinstance(scores, dict)
     return {f"openresearch_{dim}": float(scores[dim]) / 5.0 for dim in DIMENSIONS}

@@ -107,6 +107,12 @@ class JudgeConfig:
     """Sampling temperature of the judge."""
     max_tokens: int = 1024
     """Longest judge reply."""
+    max_prompt_chars: int = 64000
+    """Longest rendered judge prompt (about 16k tokens). An episode whose own text (its turns, its
+    answer) makes the prompt longer is not sent: the component scores 0 with the reason in
+    ``reward_notes`` — a judge that refused an over-long prompt would make it ``verifier_error``,
+    which training masks, so a policy could hide a bad episode by rambling. Raise it for a judge
+    with a longer context."""
     prompt_dir: str | None = None
     """A folder of rubric files replacing the shipped ones (``rewards/prompts/``)."""
     cache_path: str | None = None
@@ -141,6 +147,8 @@ class JudgeConfig:
             raise ConfigError("env_config.judge.temperature must be >= 0")
         if self.max_tokens < 1:
             raise ConfigError("env_config.judge.max_tokens must be >= 1")
+        if self.max_prompt_chars < 1:
+            raise ConfigError("env_config.judge.max_prompt_chars must be >= 1")
         if self.cache_journal not in CACHE_JOURNALS:
             raise ConfigError(
                 f"env_config.judge.cache_journal must be one of {', '.join(CACHE_JOURNALS)}, "

@@ -16,6 +16,7 @@ from rewards.judge.errors import (
     JudgeConfigError,
     JudgeError,
     JudgeParseError,
+    JudgePromptTooLong,
     JudgeReplyCut,
 )
 from rewards.judge.parse import DIMENSIONS, parse_dimensions, parse_score
@@ -34,6 +35,7 @@ __all__ = [
     "JudgeConfigError",
     "JudgeError",
     "JudgeParseError",
+    "JudgePromptTooLong",
     "JudgeReplyCut",
     "JudgeSession",
     "JudgeSettings",

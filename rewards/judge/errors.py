@@ -74,3 +74,14 @@ def key_from_env(var: str | None) -> str | None:
         return None
     value = os.environ.get(var)
     return value or None
+
+
+class JudgePromptTooLong(JudgeError):
+    """The rendered prompt is longer than ``judge.max_prompt_chars``. ``policy_caused``: the
+    prompt fits once the policy-written fields are emptied, so the episode's own length is the
+    cause (the component scores 0 with a note); otherwise the task's own fields are too long
+    for the configured cap (a verifier problem)."""
+
+    def __init__(self, message: str, *, policy_caused: bool):
+        super().__init__(message)
+        self.policy_caused = policy_caused

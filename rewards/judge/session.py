@@ -17,7 +17,7 @@ from typing import Any
 
 from rewards.judge.cache import cache_key
 from rewards.judge.client import JudgeClient
-from rewards.judge.errors import JudgeError, JudgeParseError
+from rewards.judge.errors import JudgeError, JudgeParseError, JudgePromptTooLong
 from rewards.judge.parse import parse_dimensions, parse_score
 from rewards.judge.prompts import get_rubric, render
 from rewards.judge.transcript import Transcript
@@ -46,17 +46,34 @@ class JudgeSession:
         return lambda text: parse_score(text, spec.low, spec.high, which=self.score_rule)
 
     async def evaluate(
-        self, rubric: str, fields: dict[str, str | Transcript], *, sample: int = 0
+        self,
+        rubric: str,
+        fields: dict[str, str | Transcript],
+        *,
+        sample: int = 0,
+        policy_fields: tuple[str, ...] = (),
     ) -> float | dict[str, float]:
         """Score ``fields`` with ``rubric``: a number (``SCORE`` rubrics) or a dimension dict.
 
         Raises a :class:`JudgeError` subclass (call failure, cache miss, a reply without a verdict
-        or cut by the token limit after every retry) after recording the call; the message names
+        or cut by the token limit after every retry; :class:`JudgePromptTooLong` before any call
+        when the rendered prompt passes ``max_prompt_chars``, saying whether emptying the
+        ``policy_fields`` would have made it fit) after recording the call; the message names
         the judge, rubric and cause. ``sample`` numbers repeated draws of one prompt (useful at
         temperature > 0): it separates their cache entries and nothing else.
         """
         settings = self.client.settings
         prompt = render(rubric, fields, settings.prompt_dir)
+        limit = settings.max_prompt_chars
+        if len(prompt.text) > limit:
+            emptied = render(rubric, {**fields, **dict.fromkeys(policy_fields, "")}, settings.prompt_dir)
+            policy_caused = len(emptied.text) <= limit
+            whose = "the episode's own text" if policy_caused else "the task's fields"
+            raise JudgePromptTooLong(
+                f"rubric {rubric}: the judge prompt is {len(prompt.text):,} characters, over "
+                f"judge.max_prompt_chars {limit:,} ({whose} made it so); not sent",
+                policy_caused=policy_caused,
+            )
         record: dict[str, Any] = {
             "rubric": rubric,
             "prompt_hash": prompt.prompt_hash,

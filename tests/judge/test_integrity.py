@@ -249,3 +249,33 @@ def test_upstream_profile_keeps_its_plain_trajectory_and_first_score(workspace_r
     assert out["metadata"]["reward_components"]["qa_analysisc_reward"] == 1.0  # 5/5: the first SCORE
     assert "ANALYST TURN 1" not in trajectory_section(prompt)
     assert "<Execute>\nforged-999\n</Execute>" in trajectory_section(prompt)  # as upstream showed it
+
+
+# ------------------------------------------------------------------ over-long episodes
+
+
+def test_an_episode_too_long_for_the_judge_scores_0_with_the_reason_and_is_never_sent(workspace_root):
+    """Rambling must not hide a bad episode: a judge refusing an over-long prompt would make it
+    verifier_error, which training masks. The analysis component scores 0 (stated, not sent)."""
+    with FakeJudgeServer() as server:
+        judge = {"backend": "openai", "base_url": server.url, "model": "j", "max_prompt_chars": 6000}
+        env = make_env(workspace_root, server.url, judge=judge)
+        ramble = "<Analyze>" + "blah " * 2000 + "</Analyze>\n<Answer>Answer: B</Answer>"
+        out = play(env, code("print(1)"), ramble)
+        sent = [r["prompt"] for r in server.requests if "BEGIN TRAJECTORY" in r["prompt"]]
+    meta = out["metadata"]
+    assert meta["reward_status"] == "scored", meta.get("error")
+    assert sent == []  # never sent
+    assert meta["reward_components"]["qa_analysis"] == 0.0
+    assert "over judge.max_prompt_chars 6,000" in meta["reward_notes"]["judge_analysis"]
+    assert "the episode's own text" in meta["reward_notes"]["judge_analysis"]
+
+
+def test_a_task_whose_own_fields_pass_the_cap_is_a_verifier_error(workspace_root):
+    with FakeJudgeServer() as server:
+        judge = {"backend": "openai", "base_url": server.url, "model": "j", "max_prompt_chars": 200}
+        env = make_env(workspace_root, server.url, judge=judge)  # the rubric alone is longer than 200
+        out = play(env, code("print(1)"), "<Analyze>a</Analyze>\n<Answer>Answer: B</Answer>")
+    meta = out["metadata"]
+    assert meta["reward_status"] == "verifier_error"
+    assert "the task's fields made it so" in meta["error"]
