@@ -328,51 +328,6 @@ def test_the_agent_gets_its_episode_token_never_the_users_key(rows, workspace_ro
     )
 
 
-def test_ctrl_c_kills_the_running_agents_and_records_nothing_for_resume(task_file, workspace_root, tmp_path):
-    import signal
-    import time
-
-    pidfile = tmp_path / "agent.pid"
-    agent = tmp_path / "slow.py"
-    agent.write_text(
-        "import os, time, pathlib\n"
-        f"pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))\n"
-        "time.sleep(600)\n"
-    )
-    proc = subprocess.Popen(
-        [
-            str(BIN),
-            "collect",
-            "--agent",
-            f"{sys.executable} {agent}",
-            "--tasks",
-            str(task_file),
-            "--workspace-root",
-            str(workspace_root),
-            "--out",
-            str(tmp_path / "run"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        wait_for(pidfile.exists, 30, "the agent to start")
-        pid = int(pidfile.read_text())
-        start = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 130 and time.monotonic() - start < 20
-    finally:
-        proc.kill()
-    wait_for(
-        lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
-        10,
-        "the agent killed",
-    )
-    records = list((tmp_path / "run" / "records").glob("episodes-*.jsonl"))
-    assert all(not f.read_text().strip() for f in records)
-
-
 def test_sft_selects_collected_episodes_as_tool_call_records(cli_run):
     from deepanalyze_env.core.tool_calls import is_tools_record
     from deepanalyze_env.trainers.trl.sft_data import load_records, select_records

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -152,10 +153,12 @@ def test_an_http_client_that_ends_its_session_early_has_its_episode_recorded_unf
     assert record["reward_status"] == "unfinished" and "ended the session" in record["error"]
 
 
-def test_a_session_without_a_task_gets_an_error_naming_the_url_form(mcp_http):
-    server, _ = mcp_http()
-    (result,) = anyio.run(lambda: play(f"{server.url}/mcp", [("run_python", {"code": "print(1)"})]))
-    assert result.is_error and "?task_id=ID" in result.content[0].text
+def test_a_handshake_without_a_task_is_refused_naming_the_url_form(mcp_http):
+    server, hub = mcp_http()
+    with pytest.raises(Exception) as refused:  # the SDK's client raises it inside a task group
+        anyio.run(lambda: play(f"{server.url}/mcp", [("run_python", {"code": "print(1)"})]))
+    assert "MCPError" in repr(refused.value) and "?task_id=ID" in repr(refused.value)
+    assert hub.running() == 0
 
 
 def test_the_state_resource_reports_the_episode(mcp_http):
