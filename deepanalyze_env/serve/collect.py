@@ -190,8 +190,10 @@ class Collector:
             self._write(session, exit_code, time.monotonic() - start, trace, tail, reason)
             return self._outcome(job, session, start, reason)
         finally:
+            wait = not self.stopping.is_set()
             if key is not None:
-                self.hub.release(key, "collect is done with the episode", wait=not self.stopping.is_set())
+                self.hub.release(key, "collect is done with the episode", wait=wait)
+            self.episodes.end_episode(job.episode_id, "collect is done with the episode", wait=wait)
             self._left.pop(job.episode_id, None)
 
     def _values(self, job: EpisodeJob, token: str) -> dict[str, str]:

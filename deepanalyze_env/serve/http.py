@@ -13,8 +13,11 @@ import time
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
-FORCED_STOP_S = 2.0
-"""The most a forced stop waits for uvicorn's thread (a daemon: the process need not wait)."""
+FORCED_STOP_S = 0.5
+"""The most a forced stop waits for uvicorn's thread: long enough for it to close its sockets
+(WebSocket clients get a close frame); it is a daemon, so the process need not wait for it. It may
+never end by itself: OpenEnv's handler of a connection closing awaits ``env.close`` queued behind
+the running cell in that session's one-thread executor."""
 
 
 class BackgroundServer:

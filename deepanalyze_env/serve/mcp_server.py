@@ -169,15 +169,23 @@ class EpisodeServer:
         if key is None and assignment.give_back is not None:
             assignment.give_back()
 
-    def end(self, key: str, reason: str) -> None:
+    def end(self, key: str, reason: str, *, wait: bool = True) -> None:
         """End an HTTP session (the client deleted it, or it went idle): its episode is closed as
         unfinished if it still runs, and the SDK's session is terminated. Blocks (call it off the
-        event loop)."""
+        event loop); ``wait=False``: see :meth:`SessionHub.release`."""
         with self._lock:
             known = self.sessions.pop(key, None) is not None
         if known:
-            self.hub.release(key, reason)
+            self.hub.release(key, reason, wait=wait)
             self._terminate_soon(key)
+
+    def end_episode(self, episode_id: str, reason: str, *, wait: bool = True) -> None:
+        """End every session bound to ``episode_id`` (``collect``, once its agent is gone: a
+        session that never opened its episode would otherwise hold its slot until idle)."""
+        with self._lock:
+            keys = [k for k, s in self.sessions.items() if s.assignment.episode_id == episode_id]
+        for key in keys:
+            self.end(key, reason, wait=wait)
 
     def _episode_closed(self, key: str) -> None:
         """The hub released this session's episode (idle, or ``collect`` is done with it): the

@@ -67,6 +67,18 @@ def run_collect(
     )
 
 
+HANDSHAKE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "g", "version": "1"},
+    },
+}
+
+
 def episodes(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
 
@@ -122,6 +134,32 @@ def test_an_agent_that_exits_before_submitting_is_one_unfinished_episode(rows, w
     (record,) = episodes(tmp_path / "run")
     assert record["reward_status"] == "unfinished" and "exited with code 3" in record["error"]
     assert record["agent"]["exit_code"] == 3 and record["turns"] == 1
+
+
+def test_an_agent_that_only_shakes_hands_gives_its_session_slot_back_when_it_exits(
+    rows, workspace_root, tmp_path
+):
+    """One slot (--max-sessions 1, --concurrency 1), two episodes: the second agent's handshake
+    is accepted although the first agent left its session open without a call."""
+    agent = tmp_path / "greeter.py"
+    agent.write_text(
+        "import json, os, httpx\n"
+        f"message = json.loads({json.dumps(json.dumps(HANDSHAKE))})\n"
+        "headers = {'accept': 'application/json, text/event-stream'}\n"
+        "reply = httpx.post(os.environ['DEEPANALYZE_MCP_URL'], headers=headers, json=message)\n"
+        f"with open({str(tmp_path / 'handshakes')!r}, 'a') as f:\n"
+        "    f.write(str(reply.status_code) + '\\n')\n"
+    )
+    outcome = run_collect(
+        AgentSpec(f"{sys.executable} {agent}", 60),
+        rows[:1],
+        workspace_root,
+        tmp_path / "run",
+        samples=2,
+        limits=ServeLimits(max_sessions=1),
+    )
+    assert [o.failure for o in outcome.failed] == ["agent_error", "agent_error"]  # never opened them
+    assert (tmp_path / "handshakes").read_text().split() == ["200", "200"]
 
 
 def test_an_agent_that_never_opens_its_episode_is_not_recorded_and_resume_runs_it_again(
