@@ -109,6 +109,7 @@ class EpisodeSession:
     last_call: float = field(default_factory=time.monotonic, init=False)
     ended: str | None = field(default=None, init=False)  # why it is over: "finished" or the reason
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _dropped: bool = field(default=False, init=False, repr=False)  # stopped while starting: no record
 
     @property
     def busy(self) -> bool:
@@ -255,8 +256,10 @@ class EpisodeSession:
 
     def drop_scratch(self) -> None:
         """The server is stopping while this episode's kernel starts (it may not live to see the
-        start return): its scratch folder goes now. Nothing was played, so nothing is recorded;
-        a folder still being copied at this moment is removed by the next process's sweep."""
+        start return): its scratch folder goes now. Nothing was played, so it is not recorded,
+        now or when the start returns; a folder still being copied at this moment is removed by
+        the next process's sweep."""
+        self._dropped = True
         workspace = self.env.workspace if self.env is not None else None
         if workspace is not None:
             workspace.remove()
@@ -273,7 +276,7 @@ class EpisodeSession:
             return False
         self.ended = reason
         if self.env is not None:
-            self.env.close(unfinished=reason)
+            self.env.close(unfinished=reason, record=not self._dropped)
         log.info("episode %s (task %s) closed unfinished: %s", self.episode_id, self.task_id, reason)
         return True
 
