@@ -76,6 +76,7 @@ class SessionHub:
         self._starting: dict[Hashable, EpisodeSession] = {}  # key -> its episode, kernel starting
         self._gone: OrderedDict[Hashable, str] = OrderedDict()  # released keys: never reopened
         self._lock = threading.Lock()
+        self._closing: str | None = None  # why close_all ran: no episode opens after it
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap_loop, name="serve-reaper", daemon=True)
         self._reaper.start()
@@ -97,6 +98,8 @@ class SessionHub:
         told it ended, until :meth:`release` (the client left) or the reaper forgets it; a key
         once released is never given another episode (one session, one episode)."""
         with self._lock:
+            if self._closing is not None:
+                raise ServeError(f"the server is stopping ({self._closing}); no episode starts")
             if key in self._gone:
                 raise ServeError(f"this session's episode has ended ({self._gone[key]}); open a new session")
             if key in self._sessions or key in self._opening:
@@ -196,8 +199,10 @@ class SessionHub:
         return len(idle)
 
     def close_all(self, reason: str = "the server stopped", *, wait: bool = True) -> None:
+        """Close every episode (running or starting) with ``reason``; from now on none opens."""
         self._stop.set()
         with self._lock:
+            self._closing = self._closing or reason
             keys = list(self._sessions) + list(self._opening)
         for key in keys:
             self.release(key, reason, wait=wait)

@@ -377,18 +377,64 @@ def task_from_query(rows: Any, default: dict[str, Any] | None = None) -> Assigne
     return assign
 
 
-async def run_stdio(episodes: EpisodeServer) -> None:
-    """Serve one episode over stdin/stdout until the client closes stdin; then close what is left."""
+async def run_stdio(episodes: EpisodeServer, client_gone: Callable[[], None] | None = None) -> None:
+    """Serve one episode over stdin/stdout until the client closes stdin. What is left is closed
+    the moment stdin ends, without waiting for a running cell (the SDK's loop would wait for
+    that call's handler; the client will not read its result, and an MCP client gives its server
+    two seconds before SIGTERM and SIGKILL); then ``client_gone()`` tells the command."""
     from mcp.server.stdio import stdio_server
+
+    reason = "the client closed the stdio connection"
+
+    async def stdin_ended() -> None:
+        await anyio.to_thread.run_sync(lambda: episodes.hub.close_all(reason, wait=False))
+        if client_gone is not None:
+            client_gone()
 
     server = episodes.server()
     try:
         async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+            await server.run(_EndWatch(read, stdin_ended), write, server.create_initialization_options())
     finally:
-        # at once, not after a running cell: the client will not read its result, and an MCP
-        # client gives its server two seconds after closing stdin before SIGTERM and SIGKILL
-        episodes.hub.close_all("the client closed the stdio connection", wait=False)
+        episodes.hub.close_all(reason, wait=False)
+
+
+class _EndWatch:
+    """The stdio server's read stream, calling ``on_end`` when it ends (the client closed stdin)
+    before the SDK's loop sees the end and waits for its running handlers."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], Any]):
+        self.inner = inner
+        self.on_end = on_end
+
+    @property
+    def last_context(self) -> Any:  # the SDK reads the sender's context from its stream, if any
+        return getattr(self.inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        try:
+            return await self.inner.receive()
+        except anyio.EndOfStream:
+            await self.on_end()
+            raise
+
+    def __aiter__(self) -> _EndWatch:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> _EndWatch:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def http_app(episodes: EpisodeServer, *, host: str, extra_routes: list[Any] | None = None) -> Any:

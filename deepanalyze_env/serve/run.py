@@ -134,21 +134,24 @@ def _run_transport(
 def _run_stdio(episodes: Any) -> None:
     """The stdio server's event loop on a daemon thread, the main thread waiting on it: asyncio's
     runner in the main thread would take Ctrl-C as a cancellation, which waits for the threads
-    its task awaits (a kernel start, a cell, a read of stdin that may never return)."""
+    its task awaits (a kernel start, a cell, a read of stdin that may never return). Returns when
+    the client closes stdin (its episode is recorded then), even while that thread still waits
+    for a running cell."""
     import anyio
 
     from deepanalyze_env.serve.mcp_server import run_stdio
 
     failure: list[BaseException] = []
+    client_gone = threading.Event()
 
     def loop() -> None:
         try:
-            anyio.run(run_stdio, episodes)
+            anyio.run(run_stdio, episodes, client_gone.set)
         except BaseException as exc:  # handed to the main thread
             failure.append(exc)
 
     thread = threading.Thread(target=loop, name="serve-stdio", daemon=True)
     thread.start()
-    wait_for(thread)
+    wait_for(thread, until=client_gone)
     if failure:
         raise failure[0]

@@ -56,9 +56,9 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def wait_for(thread: threading.Thread) -> None:
-    """Block until ``thread`` ends, in steps a signal can land between."""
-    while thread.is_alive():
+def wait_for(thread: threading.Thread, until: threading.Event | None = None) -> None:
+    """Block until ``thread`` ends (or ``until`` is set), in steps a signal can land between."""
+    while thread.is_alive() and not (until is not None and until.is_set()):
         thread.join(WAIT_STEP_S)
 
 

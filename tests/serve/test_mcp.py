@@ -36,7 +36,9 @@ def stdio_params(task_file: Path, workspace_root: Path, records: Path, task_id: 
             "--records",
             str(records),
         ],
-        env={"DEEPANALYZE_SCRATCH": os.environ["DEEPANALYZE_SCRATCH"], "PATH": os.environ["PATH"]},
+        env={  # the server runs this checkout's code, as the test does
+            k: os.environ[k] for k in ("DEEPANALYZE_SCRATCH", "PATH", "PYTHONPATH") if k in os.environ
+        },
     )
 
 
@@ -185,13 +187,19 @@ def test_a_stdio_client_that_stops_the_server_mid_cell_leaves_a_record_and_no_sc
     """The SDK's client closes stdin, waits two seconds, then SIGTERMs the server's process group
     (and SIGKILLs two seconds later): a 30-second cell cannot finish, so the server records the
     episode as it stands and removes its scratch at once."""
+    scratch = Path(os.environ["DEEPANALYZE_SCRATCH"])
 
     async def client():
         params = stdio_params(task_file, workspace_root, tmp_path / "rec")
         async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
             await s.initialize()
-            with anyio.move_on_after(1.5):
-                await s.call_tool("run_python", {"code": "import time\ntime.sleep(30)"})
+            async with anyio.create_task_group() as tg:
+                code = "open('started', 'w').close()\nimport time\ntime.sleep(30)"
+                tg.start_soon(s.call_tool, "run_python", {"code": code})
+                with anyio.fail_after(120):
+                    while not list(scratch.glob("*/started")):  # the cell runs: the client leaves
+                        await anyio.sleep(0.05)
+                tg.cancel_scope.cancel()
 
     anyio.run(client)
     wait_for(lambda: records_in(tmp_path / "rec"), 15, "the unfinished record")
@@ -200,5 +208,4 @@ def test_a_stdio_client_that_stops_the_server_mid_cell_leaves_a_record_and_no_sc
         record["reward_status"] == "unfinished"
         and record["error"] == "the client closed the stdio connection"
     )
-    scratch = Path(os.environ["DEEPANALYZE_SCRATCH"])
     assert not [p for p in scratch.rglob("*") if p.is_dir() and p.name.count("-") >= 2]
