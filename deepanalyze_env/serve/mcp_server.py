@@ -72,6 +72,13 @@ Assigner = Callable[[Any], Assignment]
 Raises :class:`ServeError` when the request names no task the server has."""
 
 
+@dataclass
+class CallClock:
+    """Whether a tool call counted (the episode counted it against ``max_calls``)."""
+
+    counted: bool = False
+
+
 class SessionCapReached(ServeError):
     """A handshake past ``--max-sessions``."""
 
@@ -197,11 +204,15 @@ class EpisodeServer:
             self._terminate_soon(key)
 
     @contextmanager
-    def _calling(self, ctx: ServerRequestContext) -> Iterator[None]:
-        """A tool call: the only activity that keeps an HTTP session; its idle clock stops while
-        the call runs and starts again when it returns."""
+    def _calling(self, ctx: ServerRequestContext) -> Iterator[CallClock]:
+        """A tool call: the idle clock of its HTTP session stops while it runs and starts again
+        when it returns, if the episode counted it (against ``max_calls``: the caller says so).
+        A call refused without counting (the episode has ended, another call runs, no episode
+        could start) is not activity: a client cannot keep a slot with calls that cost it
+        nothing."""
+        clock = CallClock()
         if ctx.request is None:  # stdio: one session for the life of the process
-            yield
+            yield clock
             return
         key = self.session_key(ctx)
         with self._lock:
@@ -210,11 +221,12 @@ class EpisodeServer:
                 raise ServeError(self._ended(key))
             session.calls_running += 1
         try:
-            yield
+            yield clock
         finally:
             with self._lock:
                 session.calls_running -= 1
-                session.last_active = time.monotonic()
+                if clock.counted:
+                    session.last_active = time.monotonic()
 
     def _assignment(self, key: str, ctx: ServerRequestContext) -> Assignment:
         if ctx.request is None:
@@ -300,9 +312,13 @@ class EpisodeServer:
         self, ctx: ServerRequestContext, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         try:
-            with self._calling(ctx):
+            with self._calling(ctx) as clock:
                 _, session = await self._episode(ctx)
-                result = await anyio.to_thread.run_sync(session.call, params.name, params.arguments or {})
+                before = session.calls
+                try:
+                    result = await anyio.to_thread.run_sync(session.call, params.name, params.arguments or {})
+                finally:
+                    clock.counted = session.calls > before
         except ServeError as exc:
             return types.CallToolResult(content=[types.TextContent(text=f"error: {exc}")], is_error=True)
         return types.CallToolResult(
