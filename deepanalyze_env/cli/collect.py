@@ -67,6 +67,18 @@ def add_parser(sub: Any) -> None:
 
 def cmd_collect(args: argparse.Namespace) -> int:
     require_serve_extra()
+    from deepanalyze_env.serve.stopping import end_process
+
+    try:
+        return _collect(args)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM, start-up included: the agents are killed
+        console.print("[yellow]interrupted[/yellow] (--resume runs what was not recorded)", highlight=False)
+        # Threads still blocked in a cell or a kernel start do not hold the process, nor does the
+        # interpreter's teardown (docs/design.md section 15).
+        end_process(130)
+
+
+def _collect(args: argparse.Namespace) -> int:
     from deepanalyze_env.core.filters import RecordFilter
     from deepanalyze_env.core.tasks import load_task_files
     from deepanalyze_env.offline.rundir import RunDir, RunDirError, task_fingerprint

@@ -101,11 +101,16 @@ def task_files(args: argparse.Namespace, env_config: dict[str, Any]) -> list[str
 
 # flag -> (ServeLimits field, type, metavar, help): one table for serve and collect
 LIMIT_FLAGS: dict[str, tuple[str, type, str, str]] = {
-    "--max-sessions": ("max_sessions", int, "N", "episodes open at once"),
+    "--max-sessions": ("max_sessions", int, "N", "sessions (episodes) open at once"),
     "--max-calls": ("max_calls", int, "N", "tool calls per episode"),
     "--max-payload-bytes": ("max_payload_bytes", int, "N", "largest tool argument"),
     "--max-request-bytes": ("max_request_bytes", int, "N", "largest HTTP request or WebSocket message"),
-    "--idle-timeout": ("idle_timeout_s", float, "S", "close an episode idle this long"),
+    "--idle-timeout": (
+        "idle_timeout_s",
+        float,
+        "S",
+        "end a session with no tool call this long (pings, reads do not count)",
+    ),
 }
 
 

@@ -61,6 +61,18 @@ def add_parser(sub: Any) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     require_serve_extra()
+    from deepanalyze_env.serve.stopping import end_process
+
+    try:
+        _serve(args)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM, start-up included: what ran is recorded
+        pass
+    # The records are written; threads still blocked in a cell or a kernel start do not hold the
+    # process, nor does the interpreter's teardown (docs/design.md section 15).
+    end_process(0)
+
+
+def _serve(args: argparse.Namespace) -> None:
     from deepanalyze_env.core.tasks import load_task_files
     from deepanalyze_env.serve.run import ServeSettings, serve
 
@@ -81,8 +93,4 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"serving {args.transport} at {url} (Ctrl-C stops)", file=sys.stderr, flush=True
         ),
     )
-    try:
-        serve(settings)
-    except KeyboardInterrupt:
-        pass
-    return 0
+    serve(settings)

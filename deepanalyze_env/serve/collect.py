@@ -27,6 +27,7 @@ The folder is a run folder with an eval report (``report.md``), so ``eval --comp
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import logging
 import os
 import secrets
@@ -46,6 +47,7 @@ from deepanalyze_env.serve.hub import SessionHub, check_servable
 from deepanalyze_env.serve.mcp_server import Assignment, EpisodeServer, http_app
 from deepanalyze_env.serve.proxy import RecordingProxy, Upstream
 from deepanalyze_env.serve.session import EpisodeSession, ServeError, ServeLimits
+from deepanalyze_env.serve.stopping import WAIT_STEP_S, sigterm_as_interrupt
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,8 @@ class Collector:
         self.writer = RecordWriter.for_dir(self.records_dir)
 
     def _assign(self, request: Any) -> Assignment:
+        """The handshake of an agent's session claims its episode (once: a second session with the
+        same URL is refused at its handshake)."""
         token = request.query_params.get("episode") if request is not None else None
         with self._lock:
             slot = self._slots.get(str(token))
@@ -120,19 +124,28 @@ class Collector:
             if slot.claimed:
                 raise ServeError("this episode is already being played by another session")
             slot.claimed = True
-        return Assignment(slot.job.row, slot.job.episode_id, self.spec.policy_id)
+
+        def give_back() -> None:
+            with self._lock:
+                slot.claimed = False
+
+        return Assignment(slot.job.row, slot.job.episode_id, self.spec.policy_id, give_back)
 
     def stop_agents(self) -> None:
-        """Ctrl-C: kill every running agent; their episodes are not recorded (``--resume``)."""
+        """Ctrl-C: kill every running agent and close their episodes at once, without waiting
+        for a running cell; they are not recorded (``--resume`` runs them again)."""
         self.stopping.set()
         with self._lock:
             procs = list(self._procs)
         for proc in procs:
             _kill_group(proc)
+        self.hub.close_all("collect was interrupted", wait=False)
 
-    def close(self) -> None:
-        self.server.stop()
-        self.hub.close_all("collect stopped")
+    def close(self, *, interrupted: bool = False) -> None:
+        """Stop the server and close what is left; ``interrupted``: without waiting for requests
+        in flight or running cells."""
+        self.server.stop(force=interrupted)
+        self.hub.close_all("collect stopped", wait=not interrupted)
 
     # ------------------------------------------------------------------ one episode
 
@@ -158,7 +171,7 @@ class Collector:
         try:
             if self.stopping.is_set():
                 if session is not None:
-                    session.abandon("collect was interrupted")
+                    session.abandon("collect was interrupted", wait=False)
                 return self._outcome(job, None, start, "interrupted", failure="interrupted")
             if session is None:
                 why = f"the agent never opened its episode (exit code {exit_code})"
@@ -177,8 +190,10 @@ class Collector:
             self._write(session, exit_code, time.monotonic() - start, trace, tail, reason)
             return self._outcome(job, session, start, reason)
         finally:
+            wait = not self.stopping.is_set()
             if key is not None:
-                self.hub.release(key, "collect is done with the episode")
+                self.hub.release(key, "collect is done with the episode", wait=wait)
+            self.episodes.end_episode(job.episode_id, "collect is done with the episode", wait=wait)
             self._left.pop(job.episode_id, None)
 
     def _values(self, job: EpisodeJob, token: str) -> dict[str, str]:
@@ -312,15 +327,19 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def run_jobs(collector: Collector, jobs: list[EpisodeJob], concurrency: int, on_result: Any) -> None:
-    """Up to ``concurrency`` agents at once; on Ctrl-C every running agent is killed and nothing
-    new starts."""
+    """Up to ``concurrency`` agents at once, results in plan order. The main thread waits in
+    short steps (a signal lands between them); on Ctrl-C every running agent is killed, nothing
+    new starts, and the running jobs are not waited for (a job may be held by a running cell)."""
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="agent")
     try:
-        for outcome in pool.map(collector.run, jobs):
-            on_result(outcome)
+        futures = [pool.submit(collector.run, job) for job in jobs]
+        for future in futures:
+            while not future.done():
+                concurrent.futures.wait([future], timeout=WAIT_STEP_S)
+            on_result(future.result())
     except BaseException:
         collector.stop_agents()
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
 
@@ -369,20 +388,22 @@ def collect(
     limits = limits or ServeLimits()
     if limits.max_sessions < concurrency:  # each running agent holds one episode
         limits = replace(limits, max_sessions=concurrency)
-    collector = Collector(spec, env_config, run.records_dir, limits)
-    try:
-        with progress_bar("collect", total=len(jobs), console=console, completed=len(jobs) - len(left)) as (
-            progress,
-            bar,
-        ):
+    with sigterm_as_interrupt():  # SIGTERM stops collect as Ctrl-C does: agents killed, none recorded
+        collector = Collector(spec, env_config, run.records_dir, limits)
+        interrupted = True
+        try:
+            with progress_bar(
+                "collect", total=len(jobs), console=console, completed=len(jobs) - len(left)
+            ) as (progress, bar):
 
-            def on_result(outcome: EpisodeOutcome) -> None:
-                results.append(outcome)
-                progress.update(bar, advance=1 if outcome.finished else 0, info=progress_info(results))
+                def on_result(outcome: EpisodeOutcome) -> None:
+                    results.append(outcome)
+                    progress.update(bar, advance=1 if outcome.finished else 0, info=progress_info(results))
 
-            run_jobs(collector, left, concurrency, on_result)
-    finally:
-        collector.close()
+                run_jobs(collector, left, concurrency, on_result)
+            interrupted = False
+        finally:
+            collector.close(interrupted=interrupted)
     run.consolidate([job.episode_id for job in jobs], keep)
     report = write_report(run.path, samples)
     return CollectOutcome(jobs, results, len(jobs) - len(left), report, run.path)

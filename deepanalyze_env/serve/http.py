@@ -13,11 +13,17 @@ import time
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
+FORCED_STOP_S = 0.5
+"""The most a forced stop waits for uvicorn's thread: long enough for it to close its sockets
+(WebSocket clients get a close frame); it is a daemon, so the process need not wait for it. It may
+never end by itself: OpenEnv's handler of a connection closing awaits ``env.close`` queued behind
+the running cell in that session's one-thread executor."""
 
 
 class BackgroundServer:
     """``start()`` returns once the socket listens (port 0: an ephemeral one, read back);
-    ``stop()`` lets requests in flight finish, then returns."""
+    ``stop()`` lets requests in flight finish, then returns; ``stop(force=True)`` does not wait
+    for them (the server is being stopped by a signal)."""
 
     def __init__(self, app: Any, host: str = LOOPBACK, port: int = 0, ws_max_size: int = 16 * 2**20):
         import uvicorn
@@ -34,10 +40,14 @@ class BackgroundServer:
         self._thread = threading.Thread(target=self._server.run, name="serve-http", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout_s
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the HTTP server on {self.host}:{self.port} did not start")
-            time.sleep(0.01)
+        try:
+            while not self._server.started:
+                if not self._thread.is_alive() or time.monotonic() > deadline:
+                    raise RuntimeError(f"the HTTP server on {self.host}:{self.port} did not start")
+                time.sleep(0.01)
+        except BaseException:  # Ctrl-C while uvicorn starts: it must not go on listening
+            self.stop(force=True)
+            raise
         self.port = self._server.servers[0].sockets[0].getsockname()[1]
         return self
 
@@ -49,8 +59,11 @@ class BackgroundServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def stop(self, timeout_s: float = 10.0) -> None:
+    def stop(self, timeout_s: float = 10.0, *, force: bool = False) -> None:
         self._server.should_exit = True
+        if force:  # uvicorn closes the sockets without waiting for requests in flight
+            self._server.force_exit = True
+            timeout_s = min(timeout_s, FORCED_STOP_S)
         if self._thread is not None:
             self._thread.join(timeout_s)
 
@@ -70,20 +83,25 @@ def run_foreground(
     on_interrupt: Any = None,
 ) -> None:
     """Serve until Ctrl-C or SIGTERM (``deepanalyze-rl serve``); ``announce(url)`` is told where,
-    once the socket listens (port 0: the ephemeral port it got); ``on_interrupt()`` runs before
-    the server stops (which waits for requests in flight)."""
+    once the socket listens (port 0: the ephemeral port it got). On Ctrl-C ``on_interrupt()``
+    runs first (it records what is running), then the server stops without waiting for requests
+    in flight: a cell or a kernel start would hold it for as long as they take."""
+    from deepanalyze_env.serve.stopping import WAIT_STEP_S
+
     _check_bind(host, port)
     server = BackgroundServer(app, host, port, ws_max_size=ws_max_size).start()
-    announce(server.url)
+    interrupted = True
     try:
+        announce(server.url)
         while server.alive:
-            time.sleep(0.2)
+            time.sleep(WAIT_STEP_S)
+        interrupted = False
     except KeyboardInterrupt:
         if on_interrupt is not None:
             on_interrupt()
         raise
     finally:
-        server.stop()
+        server.stop(force=interrupted)
 
 
 def _check_bind(host: str, port: int) -> None:

@@ -73,8 +73,10 @@ class SessionHub:
         self.listeners: list[Callable[[Hashable, EpisodeSession], None]] = []  # told of every closed episode
         self._sessions: dict[Hashable, EpisodeSession] = {}
         self._opening: dict[Hashable, str | None] = {}  # key -> why it was released while starting
+        self._starting: dict[Hashable, EpisodeSession] = {}  # key -> its episode, kernel starting
         self._gone: OrderedDict[Hashable, str] = OrderedDict()  # released keys: never reopened
         self._lock = threading.Lock()
+        self._closing: str | None = None  # why close_all ran: no episode opens after it
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap_loop, name="serve-reaper", daemon=True)
         self._reaper.start()
@@ -96,6 +98,8 @@ class SessionHub:
         told it ended, until :meth:`release` (the client left) or the reaper forgets it; a key
         once released is never given another episode (one session, one episode)."""
         with self._lock:
+            if self._closing is not None:
+                raise ServeError(f"the server is stopping ({self._closing}); no episode starts")
             if key in self._gone:
                 raise ServeError(f"this session's episode has ended ({self._gone[key]}); open a new session")
             if key in self._sessions or key in self._opening:
@@ -107,16 +111,19 @@ class SessionHub:
                     "end one or try again later"
                 )
             self._opening[key] = None
-        session = EpisodeSession(self.env_config, row, self.limits, episode_id, policy_id)
+            session = EpisodeSession(self.env_config, row, self.limits, episode_id, policy_id)
+            self._starting[key] = session
         try:
             session.start()
         except BaseException:
             with self._lock:
                 self._opening.pop(key, None)
+                self._starting.pop(key, None)
             session.abandon("the episode could not start")
             raise
         with self._lock:
             released = self._opening.pop(key, None)
+            self._starting.pop(key, None)
             if released is None:
                 self._sessions[key] = session
                 return session
@@ -144,13 +151,17 @@ class SessionHub:
         """Forget ``key``; an episode still running (or still starting) is closed as unfinished with
         ``reason``. ``wait=False``: see :meth:`EpisodeSession.abandon`."""
         with self._lock:
-            self._gone[key] = reason
+            self._gone.setdefault(key, reason)  # the first reason is the one that holds
             while len(self._gone) > MAX_GONE:
                 self._gone.popitem(last=False)
+            starting = self._starting.get(key)
             if key in self._opening:
-                self._opening[key] = reason  # open() closes it when its start returns
-                return None
+                self._opening[key] = self._opening[key] or reason  # open() closes it when its start returns
             session = self._sessions.get(key)
+        if starting is not None:
+            if not wait:  # stopping: the start may never return
+                starting.drop_scratch()
+            return None
         if session is None:
             return None
         session.abandon(
@@ -170,8 +181,7 @@ class SessionHub:
                 log.exception("a listener of closed episodes failed")
 
     def _reap_loop(self) -> None:
-        period = min(5.0, max(0.05, self.limits.idle_timeout_s / 4))
-        while not self._stop.wait(period):
+        while not self._stop.wait(self.limits.reap_period_s):
             self.reap()
 
     def reap(self) -> int:
@@ -185,12 +195,14 @@ class SessionHub:
                 if not s.busy and now - s.last_call > self.limits.idle_timeout_s
             ]
         for key in idle:
-            self.release(key, f"idle for more than {self.limits.idle_timeout_s:g} s (the client went away)")
+            self.release(key, self.limits.idle_reason)
         return len(idle)
 
     def close_all(self, reason: str = "the server stopped", *, wait: bool = True) -> None:
+        """Close every episode (running or starting) with ``reason``; from now on none opens."""
         self._stop.set()
         with self._lock:
+            self._closing = self._closing or reason
             keys = list(self._sessions) + list(self._opening)
         for key in keys:
             self.release(key, reason, wait=wait)

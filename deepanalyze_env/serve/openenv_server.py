@@ -12,7 +12,9 @@ What maps to what:
   is None until the episode ends, then the env's reward, with its components and status.
 - ``state`` is :class:`DeepAnalyzeState` (episode id, step count, task, whether it ended).
 - One WebSocket connection is one env instance; when it closes, OpenEnv calls ``close()`` and
-  an episode still running is recorded as unfinished.
+  an episode still running is recorded as unfinished. A connection with no successful ``reset``
+  or ``step`` for ``--idle-timeout`` is closed the same way (OpenEnv's own reaper): a refused
+  ``reset`` (an unknown task) starts nothing and keeps nothing alive.
 
 What OpenEnv cannot carry: token ids and logprobs (an OpenEnv client sends actions, not
 samples), and OpenEnv's stateless HTTP routes (``POST /reset``, ``/step``), which build a new env
@@ -84,6 +86,7 @@ class ServedEnvironment(Environment[DeepAnalyzeAction, DeepAnalyzeObservation, D
         self.key: str | None = None  # the hub key of the current episode (a new one per reset)
         self.resets = 0
         self.session: EpisodeSession | None = None
+        self.closed: str | None = None  # why OpenEnv closed this session (its connection may stay)
 
     def reset(
         self,
@@ -95,6 +98,8 @@ class ServedEnvironment(Environment[DeepAnalyzeAction, DeepAnalyzeObservation, D
         """Start an episode of ``task_id``. ``seed`` changes nothing (the task is the task) and a
         client's ``episode_id`` is not used: record ids are the server's, so no client can name
         (and overwrite) another episode."""
+        if self.closed is not None:
+            raise ServeError(f"this session was closed ({self.closed}); connect again")
         if kwargs:
             unknown = ", ".join(sorted(kwargs))
             raise ServeError(f"reset takes task_id (and seed, episode_id); unknown: {unknown}")
@@ -155,22 +160,30 @@ class ServedEnvironment(Environment[DeepAnalyzeAction, DeepAnalyzeObservation, D
         )
 
     def close(self) -> None:
+        """OpenEnv ends the session: the client disconnected, or it was idle (OpenEnv's reaper,
+        which leaves the connection open: a later ``reset`` on it is refused)."""
+        self.closed = "disconnected or idle"
         if self.key is not None:
-            self.hub.release(self.key, "the OpenEnv client disconnected before submit_answer")
+            self.hub.release(self.key, "the OpenEnv client disconnected or went idle before submit_answer")
         self.session = None
 
 
 def openenv_app(hub: SessionHub, book: TaskBook, default: dict[str, Any] | None = None) -> Any:
     """The FastAPI app: OpenEnv's WebSocket session routes (``/ws``), ``/health``, ``/schema``,
-    ``/metadata``; at most ``max_sessions`` connections (OpenEnv answers the next CAPACITY_REACHED)."""
+    ``/metadata``; at most ``max_sessions`` connections (OpenEnv answers the next CAPACITY_REACHED),
+    each closed after ``idle_timeout_s`` without a successful reset or step (what OpenEnv counts
+    as activity: a refused call, a ``state`` read, a WebSocket ping do not count)."""
     from fastapi import FastAPI
+    from openenv.core.env_server.types import ConcurrencyConfig
 
     app = FastAPI(title="deepanalyze-env (OpenEnv)")
     server = HTTPEnvServer(
         functools.partial(ServedEnvironment, hub, book, default),
         DeepAnalyzeAction,
         DeepAnalyzeObservation,
-        max_concurrent_envs=hub.limits.max_sessions,
+        concurrency_config=ConcurrencyConfig(
+            max_concurrent_envs=hub.limits.max_sessions, session_timeout=hub.limits.idle_timeout_s
+        ),
     )
     server.register_routes(app, mode="production")
     return app

@@ -8,7 +8,6 @@ function (or build the pieces themselves: :class:`SessionHub`, :class:`EpisodeSe
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -17,6 +16,7 @@ from typing import Any, Literal, get_args
 from deepanalyze_env.core.config import ConfigError
 from deepanalyze_env.serve.hub import SessionHub, TaskBook, check_servable
 from deepanalyze_env.serve.session import ServeLimits
+from deepanalyze_env.serve.stopping import sigterm_as_interrupt, wait_for
 
 log = logging.getLogger(__name__)
 
@@ -62,38 +62,29 @@ def check(settings: ServeSettings) -> TaskBook:
 
 
 def serve(settings: ServeSettings) -> None:
-    """Run the server until its client leaves (stdio) or Ctrl-C (HTTP); every episode still
-    running then is closed and recorded as unfinished."""
+    """Run the server until its client leaves (stdio) or Ctrl-C / SIGTERM; every episode still
+    running then is closed and recorded as unfinished. On a signal the episodes are recorded as
+    they stand without waiting for a running cell or kernel start, and ``KeyboardInterrupt`` is
+    raised: threads blocked in those may remain (the command then ends its process with
+    :func:`serve.stopping.end_process`)."""
     book = check(settings)
     limits = settings.limits
     if settings.transport == "stdio":
         limits = replace(limits, max_sessions=1)
     hub = SessionHub(settings.env_config, limits)
     default = book.rows[settings.task_id] if settings.task_id is not None else None
-    previous = _stop_on_sigterm()
+    stopped = True
     try:
-        _run_transport(settings, hub, book, default)
+        with sigterm_as_interrupt():
+            _run_transport(settings, hub, book, default)
+        stopped = False
     except KeyboardInterrupt:
         # Ctrl-C or SIGTERM (an MCP client stopping its stdio server gives it two seconds):
         # record what is running as it stands and remove its scratch, without waiting for cells
         hub.close_all("the server was stopped", wait=False)
         raise
     finally:
-        hub.close_all()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _stop_on_sigterm() -> Any:
-    """SIGTERM stops the server as Ctrl-C does (so its ``finally`` runs); the old handler, or None
-    off the main thread (where no handler can be set)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, stop)
+        hub.close_all(wait=not stopped)
 
 
 def _run_transport(
@@ -101,7 +92,7 @@ def _run_transport(
 ) -> None:
     limits = hub.limits
 
-    def stop() -> None:  # Ctrl-C / SIGTERM: record what runs and remove its scratch before the server stops
+    def stop() -> None:  # Ctrl-C / SIGTERM: record what runs and remove its scratch first
         hub.close_all("the server was stopped", wait=False)
 
     if settings.transport == "openenv":
@@ -118,15 +109,14 @@ def _run_transport(
                 f"{url} (OpenEnv base URL: DeepAnalyzeEnvClient(base_url=...); WebSocket /ws)"
             ),
             limits.max_request_bytes,
+            stop,
         )
         return
-    import anyio
-
-    from deepanalyze_env.serve.mcp_server import EpisodeServer, http_app, run_stdio, task_from_query
+    from deepanalyze_env.serve.mcp_server import EpisodeServer, http_app, task_from_query
 
     episodes = EpisodeServer(hub, task_from_query(book, default))
     if settings.transport == "stdio":
-        anyio.run(run_stdio, episodes)
+        _run_stdio(episodes)
         return
     from deepanalyze_env.serve.http import run_foreground
 
@@ -139,3 +129,29 @@ def _run_transport(
         limits.max_request_bytes,
         stop,
     )
+
+
+def _run_stdio(episodes: Any) -> None:
+    """The stdio server's event loop on a daemon thread, the main thread waiting on it: asyncio's
+    runner in the main thread would take Ctrl-C as a cancellation, which waits for the threads
+    its task awaits (a kernel start, a cell, a read of stdin that may never return). Returns when
+    the client closes stdin (its episode is recorded then), even while that thread still waits
+    for a running cell."""
+    import anyio
+
+    from deepanalyze_env.serve.mcp_server import run_stdio
+
+    failure: list[BaseException] = []
+    client_gone = threading.Event()
+
+    def loop() -> None:
+        try:
+            anyio.run(run_stdio, episodes, client_gone.set)
+        except BaseException as exc:  # handed to the main thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=loop, name="serve-stdio", daemon=True)
+    thread.start()
+    wait_for(thread, until=client_gone)
+    if failure:
+        raise failure[0]

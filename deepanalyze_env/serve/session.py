@@ -49,8 +49,19 @@ class ServeLimits:
     max_request_bytes: int = 1_000_000
     """The largest HTTP request body; a bigger one is answered 413 unread (``--max-request-bytes``)."""
     idle_timeout_s: float = 600.0
-    """An episode with no call for this long is closed as unfinished: its client is gone
-    (``--idle-timeout``)."""
+    """A session with no tool call for this long is closed, its episode recorded as unfinished:
+    its client is gone (``--idle-timeout``). Only a tool call is activity (it counts against
+    ``max_calls``, so no session lives forever); the clock stops while a call runs. Pings,
+    listings and resource reads are not activity: they cost a client nothing."""
+
+    @property
+    def idle_reason(self) -> str:
+        return f"idle for more than {self.idle_timeout_s:g} s without a tool call (the client went away)"
+
+    @property
+    def reap_period_s(self) -> float:
+        """How often the reapers look for idle sessions."""
+        return min(5.0, max(0.05, self.idle_timeout_s / 4))
 
     def validate(self) -> None:
         for name in ("max_sessions", "max_calls", "max_payload_bytes", "max_request_bytes"):
@@ -98,6 +109,7 @@ class EpisodeSession:
     last_call: float = field(default_factory=time.monotonic, init=False)
     ended: str | None = field(default=None, init=False)  # why it is over: "finished" or the reason
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _dropped: bool = field(default=False, init=False, repr=False)  # stopped while starting: no record
 
     @property
     def busy(self) -> bool:
@@ -229,10 +241,6 @@ class EpisodeSession:
             "error": meta.get("error"),
         }
 
-    def touch(self) -> None:
-        """The client is still here (it read a resource): the idle clock starts again."""
-        self.last_call = time.monotonic()
-
     def abandon(self, reason: str, *, wait: bool = True) -> bool:
         """Close an episode its client left, recorded as unfinished; False if it was already over.
         ``wait=False`` (the server is being stopped by a signal and has seconds to live): an
@@ -246,6 +254,16 @@ class EpisodeSession:
                 self._lock.release()
         return self._abandon_now(reason)
 
+    def drop_scratch(self) -> None:
+        """The server is stopping while this episode's kernel starts (it may not live to see the
+        start return): its scratch folder goes now. Nothing was played, so it is not recorded,
+        now or when the start returns; a folder still being copied at this moment is removed by
+        the next process's sweep."""
+        self._dropped = True
+        workspace = self.env.workspace if self.env is not None else None
+        if workspace is not None:
+            workspace.remove()
+
     def _abandon_now(self, reason: str) -> bool:
         if self.ended is not None or self.env is None:
             return False
@@ -258,7 +276,7 @@ class EpisodeSession:
             return False
         self.ended = reason
         if self.env is not None:
-            self.env.close(unfinished=reason)
+            self.env.close(unfinished=reason, record=not self._dropped)
         log.info("episode %s (task %s) closed unfinished: %s", self.episode_id, self.task_id, reason)
         return True
 

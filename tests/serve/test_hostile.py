@@ -4,16 +4,16 @@ scratch folder, no open episode — and the server still serves."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import anyio
 import httpx
+import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from deepanalyze_env.serve.mcp_server import PROMPT_URI, STATE_URI
+from deepanalyze_env.serve.mcp_server import PROMPT_URI
 from tests.conftest import wait_gone
 from tests.serve.conftest import records_in, wait_for
 
@@ -106,10 +106,8 @@ def test_a_hundred_sessions_at_once_get_served_or_refused_and_leave_nothing_behi
             outcomes.append("refused" if result.is_error else "mcp_http")
             if result.is_error:
                 assert "--max-sessions" in result.content[0].text
-        except Exception as exc:  # the SDK's own session cap answers initialize with 503
-            outcomes.append(
-                "rejected" if "503" in repr(exc) or "Too many" in repr(exc) else f"other: {exc!r}"
-            )
+        except Exception as exc:  # the session cap refuses the handshake, naming the flag
+            outcomes.append("rejected" if "--max-sessions" in repr(exc) else f"other: {exc!r}")
 
     async def storm():
         async with anyio.create_task_group() as tg:
@@ -174,23 +172,93 @@ def test_a_client_piling_up_calls_is_refused_and_does_not_hold_up_another_client
     assert refused.count(True) == 44 and refused.count(False) == 1
 
 
-def test_reading_resources_keeps_a_session_and_it_stays_one_episode(mcp_http):
-    server, _ = mcp_http(idle_timeout_s=0.6)
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "x", "version": "1"},
+    },
+}
+MCP_HEADERS = {"accept": "application/json, text/event-stream"}
 
-    async def client():
-        async with (
-            streamable_http_client(f"{server.url}/mcp?task_id=best-store") as (r, w),
-            ClientSession(r, w) as s,
-        ):
-            await s.initialize()
-            await s.call_tool("run_python", {"code": "print(1)"})
-            first = json.loads((await s.read_resource(STATE_URI)).contents[0].text)
-            for _ in range(8):  # 1.6 s of reading, longer than the idle timeout
-                await anyio.sleep(0.2)
-                await s.read_resource(PROMPT_URI)
-            await s.call_tool("run_python", {"code": "print(2)"})
-            second = json.loads((await s.read_resource(STATE_URI)).contents[0].text)
-            return first, second
 
-    first, second = anyio.run(client)
-    assert second["episode_id"] == first["episode_id"] and second["turns"] == 2 and not second["done"]
+def test_handshakes_for_an_unknown_task_are_refused_and_more_than_the_cap_lock_out_no_one(mcp_http, tmp_path):
+    server, _ = mcp_http(max_sessions=1)
+    for _ in range(2):  # more bogus handshakes than there are slots, none of them closed
+        reply = httpx.post(f"{server.url}/mcp?task_id=nope", json=INITIALIZE, headers=MCP_HEADERS)
+        assert reply.status_code == 400 and "mcp-session-id" not in reply.headers
+        error = reply.json()["error"]
+        assert reply.json()["id"] == 1 and error["message"].startswith("unknown task id 'nope'")
+    no_task = httpx.post(f"{server.url}/mcp", json=INITIALIZE, headers=MCP_HEADERS)
+    assert no_task.status_code == 400 and "/mcp?task_id=ID" in no_task.json()["error"]["message"]
+
+    async def real_client():
+        url = f"{server.url}/mcp?task_id=best-store"
+        async with streamable_http_client(url) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()  # the one slot is free
+            return [t.name for t in (await s.list_tools()).tools]
+
+    assert anyio.run(real_client) == ["run_python", "submit_answer"]
+    assert not records_in(tmp_path / "records")  # nothing was played, nothing recorded
+
+
+def test_the_sdk_client_reads_why_its_handshake_was_refused(mcp_http):
+    server, _ = mcp_http()
+    with pytest.raises(Exception) as refused:  # the SDK's client raises it inside a task group
+        anyio.run(lambda: session_call(f"{server.url}/mcp?task_id=nope", "run_python", {"code": "1"}))
+    assert "MCPError" in repr(refused.value) and "unknown task id 'nope'" in repr(refused.value)
+
+
+def test_pings_and_resource_reads_do_not_keep_a_session_past_the_idle_timeout(mcp_http, tmp_path):
+    """Only a tool call is activity: a client that pings and reads but calls nothing loses its
+    session (and the one slot) after --idle-timeout, and a waiting client gets in."""
+    server, _ = mcp_http(max_sessions=1, idle_timeout_s=0.5)
+    url = f"{server.url}/mcp?task_id=best-store"
+    seen: dict = {}
+
+    async def chatty(called: anyio.Event, newcomer_done: anyio.Event):
+        try:
+            async with streamable_http_client(url) as (r, w), ClientSession(r, w) as s:
+                await s.initialize()
+                await s.call_tool("run_python", {"code": "print(1)"})
+                called.set()
+                with anyio.move_on_after(60):
+                    while not newcomer_done.is_set():
+                        await s.send_ping()
+                        await s.read_resource(PROMPT_URI)
+                        await anyio.sleep(0.1)
+                seen["chatty after"] = await s.call_tool("run_python", {"code": "print(2)"})
+        except Exception as exc:  # its session was ended under it
+            seen.setdefault("chatty after", exc)
+
+    async def newcomer(called: anyio.Event, done: anyio.Event):
+        await called.wait()
+        refusals = 0
+        with anyio.move_on_after(60):
+            while "reward" not in seen:
+                try:
+                    result = await session_call(url, "submit_answer", {"answer": "B"})
+                    seen["reward"] = result.structured_content["reward"]
+                except Exception as exc:  # the one slot is taken: the handshake is refused
+                    assert "--max-sessions" in repr(exc), exc
+                    refusals += 1
+                    await anyio.sleep(0.1)
+        seen["refusals"] = refusals
+        done.set()
+
+    async def both():
+        called, done = anyio.Event(), anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(chatty, called, done)
+            tg.start_soon(newcomer, called, done)
+
+    anyio.run(both)
+    assert seen["reward"] == 1.0 and seen["refusals"] >= 1  # it waited for the chatty session's slot
+    after = seen["chatty after"]
+    assert isinstance(after, Exception) or (after.is_error and "ended" in after.content[0].text)
+    chatty_record = [r for r in records_in(tmp_path / "records") if r["reward_status"] == "unfinished"]
+    assert len(chatty_record) == 1 and "without a tool call" in chatty_record[0]["error"]
+    assert chatty_record[0]["turns"] == 1

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -35,7 +36,9 @@ def stdio_params(task_file: Path, workspace_root: Path, records: Path, task_id: 
             "--records",
             str(records),
         ],
-        env={"DEEPANALYZE_SCRATCH": os.environ["DEEPANALYZE_SCRATCH"], "PATH": os.environ["PATH"]},
+        env={  # the server runs this checkout's code, as the test does
+            k: os.environ[k] for k in ("DEEPANALYZE_SCRATCH", "PATH", "PYTHONPATH") if k in os.environ
+        },
     )
 
 
@@ -152,10 +155,12 @@ def test_an_http_client_that_ends_its_session_early_has_its_episode_recorded_unf
     assert record["reward_status"] == "unfinished" and "ended the session" in record["error"]
 
 
-def test_a_session_without_a_task_gets_an_error_naming_the_url_form(mcp_http):
-    server, _ = mcp_http()
-    (result,) = anyio.run(lambda: play(f"{server.url}/mcp", [("run_python", {"code": "print(1)"})]))
-    assert result.is_error and "?task_id=ID" in result.content[0].text
+def test_a_handshake_without_a_task_is_refused_naming_the_url_form(mcp_http):
+    server, hub = mcp_http()
+    with pytest.raises(Exception) as refused:  # the SDK's client raises it inside a task group
+        anyio.run(lambda: play(f"{server.url}/mcp", [("run_python", {"code": "print(1)"})]))
+    assert "MCPError" in repr(refused.value) and "?task_id=ID" in repr(refused.value)
+    assert hub.running() == 0
 
 
 def test_the_state_resource_reports_the_episode(mcp_http):
@@ -182,13 +187,19 @@ def test_a_stdio_client_that_stops_the_server_mid_cell_leaves_a_record_and_no_sc
     """The SDK's client closes stdin, waits two seconds, then SIGTERMs the server's process group
     (and SIGKILLs two seconds later): a 30-second cell cannot finish, so the server records the
     episode as it stands and removes its scratch at once."""
+    scratch = Path(os.environ["DEEPANALYZE_SCRATCH"])
 
     async def client():
         params = stdio_params(task_file, workspace_root, tmp_path / "rec")
         async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
             await s.initialize()
-            with anyio.move_on_after(1.5):
-                await s.call_tool("run_python", {"code": "import time\ntime.sleep(30)"})
+            async with anyio.create_task_group() as tg:
+                code = "open('started', 'w').close()\nimport time\ntime.sleep(30)"
+                tg.start_soon(s.call_tool, "run_python", {"code": code})
+                with anyio.fail_after(120):
+                    while not list(scratch.glob("*/started")):  # the cell runs: the client leaves
+                        await anyio.sleep(0.05)
+                tg.cancel_scope.cancel()
 
     anyio.run(client)
     wait_for(lambda: records_in(tmp_path / "rec"), 15, "the unfinished record")
@@ -197,5 +208,4 @@ def test_a_stdio_client_that_stops_the_server_mid_cell_leaves_a_record_and_no_sc
         record["reward_status"] == "unfinished"
         and record["error"] == "the client closed the stdio connection"
     )
-    scratch = Path(os.environ["DEEPANALYZE_SCRATCH"])
     assert not [p for p in scratch.rglob("*") if p.is_dir() and p.name.count("-") >= 2]

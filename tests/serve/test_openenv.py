@@ -81,49 +81,34 @@ def test_refusals_come_back_as_errors_and_keep_the_session(served):
     assert end.observation.format_ok is False and end.reward == -1.0  # the invalid call failed the gate
 
 
-def test_the_serve_command_says_where_it_listens_and_ctrl_c_records_what_was_running(
-    task_file, workspace_root, tmp_path
-):
-    import os
-    import signal
-    import subprocess
-    import sys
-    from pathlib import Path
+def test_a_refused_reset_starts_nothing_and_an_idle_connection_gives_its_slot_back(served, tmp_path):
+    """A reset naming an unknown task is refused and holds no episode; the connection itself is
+    closed after --idle-timeout without a successful reset or step (OpenEnv's reaper looks every
+    5 s at the most), so a client that only holds a connection cannot lock out another."""
+    import time
 
-    bin_ = Path(sys.executable).parent / "deepanalyze-rl"
-    proc = subprocess.Popen(
-        [
-            str(bin_),
-            "serve",
-            "--transport",
-            "openenv",
-            "--port",
-            "0",
-            "--tasks",
-            str(task_file),
-            "--workspace-root",
-            str(workspace_root),
-            "--records",
-            str(tmp_path / "rec"),
-        ],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ),
-    )
-    try:
-        line = proc.stderr.readline()
-        assert line.startswith("serving openenv at http://127.0.0.1:") and "(OpenEnv base URL" in line
-        base = line.split(" at ", 1)[1].split(" ", 1)[0]
-        with DeepAnalyzeEnvClient(base_url=base).sync() as env:
-            env.reset(task_id="best-store")
-            env.step(DeepAnalyzeAction(tool="run_python", arguments={"code": "print(1)"}))
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=30) == 0
-    finally:
-        proc.kill()
-    (record,) = records_in(tmp_path / "rec")
-    assert record["reward_status"] == "unfinished" and record["turns"] == 1
+    server, hub = served(max_sessions=1, idle_timeout_s=0.5)
+    with DeepAnalyzeEnvClient(base_url=server.url).sync() as holder:
+        with pytest.raises(RuntimeError, match="unknown task id 'nope'"):
+            holder.reset(task_id="nope")
+        assert hub.running() == 0 and len(hub) == 0
+        refusals, deadline, end = 0, time.monotonic() + 60, None
+        while end is None:
+            try:
+                with DeepAnalyzeEnvClient(base_url=server.url).sync() as env:
+                    env.reset(task_id="best-store")
+                    end = env.step(DeepAnalyzeAction(tool="submit_answer", arguments={"answer": "B"}))
+            except Exception as exc:  # the holder's connection has the one slot: OpenEnv answers
+                # CAPACITY_REACHED and closes, which its client reports as the connection closing
+                assert "ConnectionClosed" in type(exc).__name__ or "CAPACITY" in repr(exc), exc
+                assert time.monotonic() < deadline, "the idle connection kept its slot"
+                refusals += 1
+                time.sleep(0.2)
+        with pytest.raises(RuntimeError, match="this session was closed"):
+            holder.reset(task_id="best-store")  # its session is gone, its connection refused
+    assert end.reward == 1.0 and refusals >= 1
+    (record,) = records_in(tmp_path / "records")
+    assert record["reward_status"] == "scored"
 
 
 def test_a_client_cannot_name_the_episode_id_of_a_record(served, tmp_path):

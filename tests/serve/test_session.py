@@ -8,7 +8,7 @@ import pytest
 from deepanalyze_env.serve.hub import TaskBook
 from deepanalyze_env.serve.session import ServeError
 from tests.conftest import wait_gone
-from tests.serve.conftest import CODE, in_process, records_in, wait_for
+from tests.serve.conftest import CODE, in_process, records_in, scratch_entries, wait_for
 
 
 @pytest.fixture
@@ -165,6 +165,42 @@ def test_a_session_released_while_its_kernel_starts_is_closed_when_the_start_ret
     assert len(h) == 0 and h.running() == 0
     (record,) = records_in(tmp_path / "records")
     assert record["reward_status"] == "unfinished" and record["error"] == "the client ended the session"
+
+
+def test_a_stop_while_the_kernel_starts_removes_the_scratch_at_once_and_records_nothing(
+    hub, rows, tmp_path, monkeypatch
+):
+    """The stopping server may not live to see the start return: the scratch folder goes now; when
+    the start does return (here the worker finds its folder gone and fails to start; one that
+    started is ended), still nothing is recorded: nothing was played."""
+    import threading
+
+    import deepanalyze_env.core.env as env_module
+
+    starting, stopped, workers = threading.Event(), threading.Event(), []
+    original = env_module.start_kernel
+
+    def slow_start_kernel(config, profile, workspace):  # the stop lands while the kernel starts
+        starting.set()
+        stopped.wait(10)
+        kernel = original(config, profile, workspace)
+        workers.append(kernel.pid)
+        return kernel
+
+    monkeypatch.setattr(env_module, "start_kernel", slow_start_kernel)
+    h = hub()
+    errors = []
+    opener = threading.Thread(target=lambda: errors.append(_open_or_error(h, "k", rows[0])))
+    opener.start()
+    assert starting.wait(10)
+    assert scratch_entries()  # the episode's folder is there, its kernel starting
+    h.close_all("the server was stopped", wait=False)
+    assert scratch_entries() == []  # at once
+    stopped.set()
+    opener.join()
+    assert len(errors) == 1 and "while its episode was starting" in errors[0]
+    assert all(wait_gone(pid) for pid in workers) and h.running() == 0 and len(h) == 0
+    assert records_in(tmp_path / "records") == []
 
 
 def _open_or_error(h, key, row) -> str:
