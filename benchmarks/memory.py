@@ -58,12 +58,11 @@ def main_job_grpo_overrides() -> list[str]:
 
 def grpo_point(length: int, batch: int, before: bool, cap_gib: float) -> dict:
     overrides = main_job_grpo_overrides()
-    cmd = [sys.executable, "-m", "deepanalyze_env.trainers.trl.memory_check", "recipes/trl_cpu_smoke.yaml"]
     if before:
         overrides += [f"trl.per_device_train_batch_size={batch}", "trl.gradient_checkpointing=false"]
-        cmd += ["--glibc-default"]
+    cmd = [sys.executable, "-m", "deepanalyze_env.trainers.trl.memory_check", "recipes/trl_cpu_smoke.yaml"]
     cmd += [*overrides, "--batch", str(batch), "--completion-tokens", str(length)]
-    cmd += ["--prompt-tokens", str(PROMPT)]
+    cmd += ["--prompt-tokens", str(PROMPT), *(["--glibc-default"] if before else [])]
     return _run(cmd, cap_gib if before else None)
 
 

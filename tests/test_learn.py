@@ -161,12 +161,10 @@ class _Calls:
         self.argvs: list[list[str]] = []
         self.script: list = []
 
-    def __call__(self, cmd, check=False):
-        import subprocess
-
-        self.argvs.append(cmd[3:])  # after: python -m deepanalyze_env.cli
-        code = self.script.pop(0)(cmd[3:]) if self.script else 0
-        return subprocess.CompletedProcess(cmd, code)
+    def __call__(self, argv):
+        self.argvs.append(list(argv))
+        code = self.script.pop(0)(list(argv)) if self.script else 0
+        return code, None  # no process ran, so no memory figures
 
 
 @pytest.fixture
@@ -174,7 +172,7 @@ def calls(monkeypatch):
     from deepanalyze_env.learn import stages
 
     spy = _Calls()
-    monkeypatch.setattr(stages.subprocess, "run", spy)
+    monkeypatch.setattr(stages, "run_command", spy)
     return spy
 
 

@@ -194,8 +194,7 @@ class Stages:
         ooms = host_oom_kills()
         # its own process: every stage loads a model, and memory a finished stage held (a trainer,
         # an eval policy) goes back to the system before the next one starts
-        proc = subprocess.Popen([sys.executable, "-m", "deepanalyze_env.cli", *argv])
-        code, peak = wait_measuring(proc)
+        code, peak = run_command(argv)
         if peak is not None:
             if name in self.memory:  # a retried stage: its peak over both tries
                 peak = overall({"first": self.memory[name], "retry": peak}) or peak
@@ -215,6 +214,12 @@ class Stages:
         if code != 0:
             return Gap(exit_reason(name, code, peak, ooms), usable=False)
         return None
+
+
+def run_command(argv: list[str]) -> tuple[int, PeakFigures | None]:
+    """``deepanalyze-rl ARGV`` in its own process: its exit code and its process tree's peak."""
+    proc = subprocess.Popen([sys.executable, "-m", "deepanalyze_env.cli", *argv])
+    return wait_measuring(proc)
 
 
 # What to lower when a stage runs out of memory, by the stage's kind (the pipeline file's keys).
