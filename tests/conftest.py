@@ -96,6 +96,16 @@ def wait_gone_inside(inner: int, ns: str | None, timeout: float = 5.0) -> bool:
     return False
 
 
+def play(env, *turns: str) -> dict:
+    """Step ``env`` through ``turns`` and close it (even when a step raises); the last step's output."""
+    try:
+        for turn in turns:
+            out = env.step(turn)
+        return out
+    finally:
+        env.close()
+
+
 def code(src: str) -> str:
     return f"<Analyze>step</Analyze>\n<Code>\n```python\n{src}\n```\n</Code>"
 

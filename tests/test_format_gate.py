@@ -14,7 +14,7 @@ import pytest
 
 from deepanalyze_env.core.env import DeepAnalyzeEnv
 from rewards.judge.fake_server import FakeJudgeServer, Reply
-from tests.conftest import qa_extras
+from tests.conftest import play, qa_extras
 
 PROMPT = [{"role": "user", "content": "Which store has the highest revenue?"}]
 ANSWER_ONLY = "<Answer>\nAnswer: B\n</Answer>"  # a final turn without its own <Analyze>
@@ -27,15 +27,6 @@ def make(root: Path, extras: dict | None = None, **config) -> DeepAnalyzeEnv:
     env = DeepAnalyzeEnv(config, extras=extras or qa_extras())  # qa_plain: tag gate, no fence gate
     env.init(PROMPT)
     return env
-
-
-def play(env: DeepAnalyzeEnv, *turns: str) -> dict:
-    try:
-        for turn in turns:
-            out = env.step(turn)
-        return out
-    finally:
-        env.close()
 
 
 HIDDEN_ANALYZE = {

@@ -18,7 +18,7 @@ from deepanalyze_env.core.env import DeepAnalyzeEnv
 from rewards import RewardContext, RewardPlan
 from rewards.judge import JudgeSession
 from rewards.judge.fake_server import FakeJudgeServer, Reply
-from tests.conftest import code
+from tests.conftest import code, play
 
 QUESTION = "Which store has the highest revenue?"
 
@@ -41,15 +41,6 @@ def make_env(root: Path, judge_url: str, *, prefix=None, **config) -> DeepAnalyz
     env = DeepAnalyzeEnv(config, extras=extras)
     env.init([{"role": "user", "content": QUESTION}])
     return env
-
-
-def play(env: DeepAnalyzeEnv, *turns: str) -> dict:
-    try:
-        for turn in turns:
-            out = env.step(turn)
-        return out
-    finally:
-        env.close()
 
 
 def trajectory_section(prompt: str) -> str:

@@ -7,7 +7,7 @@ import pytest
 
 from deepanalyze_env.core.env import DeepAnalyzeEnv
 from rewards.judge.fake_server import FakeJudgeServer, Reply
-from tests.conftest import code
+from tests.conftest import code, play
 
 ANALYZE = "<Analyze>plan</Analyze>\n"
 DIMS = (
@@ -32,15 +32,6 @@ def make(workspace_root, judge, spec, **extra):
     env = DeepAnalyzeEnv(env_config=config, extras=extras)
     env.init([{"role": "user", "content": "q"}])
     return env
-
-
-def play(env, *turns):
-    try:
-        for turn in turns:
-            out = env.step(turn)
-        return out
-    finally:
-        env.close()
 
 
 def test_answer_close_anywhere_wins_over_an_earlier_code_close(workspace_root, judge):

@@ -20,6 +20,17 @@ from deepanalyze_env.core.tasks import env_extras, load_task_files
 from deepanalyze_env.core.tool_calls import ParsedTurn, check_call
 from tests.test_view import browser  # noqa: F401  (the Chromium fixture, for the agent page test)
 
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+"""An MCP handshake as a raw JSON-RPC request (for tests that speak the protocol by hand)."""
 CODE = "import pandas as pd\nprint(pd.read_csv('sales.csv').groupby('store').revenue.sum().idxmax())"
 TASKS = [
     {
@@ -79,6 +90,11 @@ def in_process(row: dict[str, Any], workspace_root: Path, calls: list[tuple[str,
 
 def records_in(folder: Path) -> list[dict[str, Any]]:
     return [r for f in sorted(folder.glob("episodes-*.jsonl")) for r in read_records(f)]
+
+
+def cell_started(scratch: Path) -> bool:
+    """A test cell wrote ``started`` in its workspace (``<scratch>/<episode>/workspace/``)."""
+    return any(scratch.glob("*/workspace/started"))
 
 
 def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:

@@ -18,7 +18,7 @@ from deepanalyze_env.serve.collect import AgentSpec, collect
 from deepanalyze_env.serve.http import BackgroundServer
 from deepanalyze_env.serve.proxy import RecordingProxy, Upstream
 from deepanalyze_env.serve.session import ServeLimits
-from tests.serve.conftest import CODE, cli, in_process, wait_for
+from tests.serve.conftest import CODE, INITIALIZE, cli, in_process, wait_for
 from tests.serve.fake_openai import FakeToolModel
 from tests.test_view import Watched, open_episode
 
@@ -65,18 +65,6 @@ def run_collect(
         concurrency=concurrency,
         limits=limits,
     )
-
-
-HANDSHAKE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "g", "version": "1"},
-    },
-}
 
 
 def episodes(out: Path) -> list[dict]:
@@ -144,7 +132,7 @@ def test_an_agent_that_only_shakes_hands_gives_its_session_slot_back_when_it_exi
     agent = tmp_path / "greeter.py"
     agent.write_text(
         "import json, os, httpx\n"
-        f"message = json.loads({json.dumps(json.dumps(HANDSHAKE))})\n"
+        f"message = json.loads({json.dumps(json.dumps(INITIALIZE))})\n"
         "headers = {'accept': 'application/json, text/event-stream'}\n"
         "reply = httpx.post(os.environ['DEEPANALYZE_MCP_URL'], headers=headers, json=message)\n"
         f"with open({str(tmp_path / 'handshakes')!r}, 'a') as f:\n"

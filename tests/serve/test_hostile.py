@@ -15,7 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from deepanalyze_env.serve.mcp_server import PROMPT_URI
 from tests.conftest import wait_gone
-from tests.serve.conftest import records_in, wait_for
+from tests.serve.conftest import INITIALIZE, records_in, wait_for
 
 
 def workspaces_left() -> list[Path]:
@@ -172,16 +172,6 @@ def test_a_client_piling_up_calls_is_refused_and_does_not_hold_up_another_client
     assert refused.count(True) == 44 and refused.count(False) == 1
 
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "x", "version": "1"},
-    },
-}
 MCP_HEADERS = {"accept": "application/json, text/event-stream"}
 
 

@@ -15,7 +15,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from deepanalyze_env.serve.mcp_server import PROMPT_URI, STATE_URI
-from tests.serve.conftest import CODE, cli, in_process, records_in, wait_for
+from tests.serve.conftest import CODE, cell_started, cli, in_process, records_in, wait_for
 
 BIN = Path(sys.executable).parent / "deepanalyze-rl"
 
@@ -197,7 +197,7 @@ def test_a_stdio_client_that_stops_the_server_mid_cell_leaves_a_record_and_no_sc
                 code = "open('started', 'w').close()\nimport time\ntime.sleep(30)"
                 tg.start_soon(s.call_tool, "run_python", {"code": code})
                 with anyio.fail_after(120):
-                    while not list(scratch.glob("*/started")):  # the cell runs: the client leaves
+                    while not cell_started(scratch):  # the cell runs: the client leaves
                         await anyio.sleep(0.05)
                 tg.cancel_scope.cancel()
 

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from tests.conftest import wait_gone
-from tests.serve.conftest import records_in, wait_for
+from tests.serve.conftest import INITIALIZE, cell_started, records_in, wait_for
 
 BIN = Path(sys.executable).parent / "deepanalyze-rl"
 PROMPT_EXIT_S = 10.0
@@ -29,16 +29,7 @@ for a busy machine. Before the fix: 10-12 s (http, openenv: uvicorn draining a c
 interpreter's teardown), the cell's whole run (collect, openenv), never (stdio)."""
 CELL = "open('started', 'w').close()\nimport time\ntime.sleep(120)"
 MESSAGES = [
-    {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    },
+    INITIALIZE,
     {"jsonrpc": "2.0", "method": "notifications/initialized"},
     {
         "jsonrpc": "2.0",
@@ -105,7 +96,7 @@ class Command:
     def wait_for_the_cell(self) -> None:
         scratch = Path(os.environ["DEEPANALYZE_SCRATCH"])
         wait_for(
-            lambda: list(scratch.glob("*/started")) or self.proc.poll() is not None,
+            lambda: cell_started(scratch) or self.proc.poll() is not None,
             180,
             "the cell to start",
         )
