@@ -15,8 +15,10 @@ normalised text, and numbers by :func:`numbers_equal` on what each side *states*
   answer like ``1234567890123456e400`` once became ``inf`` as a float and matched every truth;
 - with a stated ``tolerance`` (absolute): ``|answer − truth| ≤ tolerance`` on the stated values,
   computed exactly (never a slack that grows with the magnitude);
-- without one: the same decimal value, written or stated (a relative tolerance let large
-  answers that differ at their own printed precision pass: ``40974.169`` for ``40974.16``).
+- without one: the same decimal value as written, or the same value stated — an answer read at
+  15 significant digits only matching a truth printed no finer than its 15th digit (a relative
+  tolerance let large answers that differ at their own printed precision pass: ``40974.169`` for
+  ``40974.16``).
   Rounding that a task allows is the task's ``tolerance`` to state.
 
 Every step is exact decimal arithmetic in :data:`EXACT`, a context that traps nothing, on values
@@ -67,6 +69,19 @@ class Number:
 
     written: Decimal
     stated: Decimal
+    plain: bool  # digits only: exact to the unit however many there are
+
+    @property
+    def rounded(self) -> bool:
+        """True when what it states is not what it writes (digits past the 15th were dropped)."""
+        return self.stated != self.written
+
+    def printed_exponent(self) -> int:
+        """The place of its last printed digit (``3.140`` → -3, ``2e19`` → 19), no finer than its
+        15th significant digit unless it is a plain integer. Reads every digit: call it on a truth."""
+        exponent = self.written.as_tuple().exponent
+        assert isinstance(exponent, int)  # finite: read_number never returns a NaN or infinity
+        return exponent if self.plain else max(exponent, self.written.adjusted() - (FLOAT_DIGITS - 1))
 
 
 @dataclass(frozen=True)
@@ -129,10 +144,12 @@ def read_number(value: object) -> Number | Unreadable:
             text = text.replace(",", "")
         with localcontext(EXACT):
             written = Decimal(text)  # exact whatever its length; an exponent past any context is NaN
+            if written.is_nan() and Decimal(re.split("[eE]", text, maxsplit=1)[0]).is_zero():
+                written = Decimal(0)  # "0.0e100000000000000000001": zero, whatever the exponent
     magnitude = written.copy_abs()
     if not written.is_finite() or magnitude > FLOAT_MAX or (written and magnitude < FLOAT_TINY):
         return Unreadable(f"{shown(value)} is beyond a float's range (no float holds it)", "out_of_range")
-    return Number(written, written if plain else _STATED.plus(written))
+    return Number(written, written if plain else _STATED.plus(written), plain)
 
 
 def as_number(value: object) -> float | None:
@@ -143,10 +160,17 @@ def as_number(value: object) -> float | None:
 
 
 def numbers_equal(answer: Number, truth: Number, tolerance: Decimal | None = None) -> bool:
-    """The numeric match rule (module docstring), exact: within ``tolerance`` on the stated values,
-    or without one the same decimal, written or stated."""
+    """The numeric match rule (module docstring), exact: within ``tolerance`` on the stated values;
+    without one the same decimal as written, or the same value stated — where an answer read at 15
+    significant digits only matches a truth printed no finer than that (``20000000000000000001.0``
+    states 2.00000000000000e19, which does not say the plain integer ``20000000000000000000``)."""
     if tolerance is None:
-        return answer.written == truth.written or answer.stated == truth.stated
+        if answer.written == truth.written:
+            return True
+        if answer.stated != truth.stated:
+            return False
+        reading_step = answer.written.adjusted() - (FLOAT_DIGITS - 1)  # where it was rounded
+        return not answer.rounded or reading_step <= truth.printed_exponent()
     return EXACT.subtract(answer.stated, truth.stated).copy_abs() <= tolerance
 
 

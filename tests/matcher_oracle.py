@@ -17,8 +17,9 @@ parser, values as ``fractions.Fraction``, rounding on digit strings. What a numb
 - nothing at all when no float holds it (``inf``, ``nan``, above the largest float, nonzero
   below the smallest).
 
-Rules checked: without a tolerance a numeric truth matches exactly when the written or the
-stated values are equal; with one, when the stated values are within it; and (the integrity
+Rules checked: without a tolerance a numeric truth matches exactly when the written values are
+equal, or the stated ones are and the answer, if it was read at 15 digits, was not read coarser
+than the truth's last printed digit; with one, when the stated values are within it; and (the integrity
 property) a match without a tolerance means the answer's exact value is within half a unit of
 the truth's last printed digit (its 15th significant digit at the finest). A text truth matches
 only an answer with the same letters and digits. No input raises.
@@ -60,6 +61,7 @@ class Read:
     value: Fraction
     stated: Fraction
     quantum: Fraction
+    step: Fraction | None  # the place of the 15th significant digit when it was rounded there
 
 
 def _strip(text: str, chars: frozenset[str]) -> str:
@@ -175,7 +177,7 @@ def read(value: object) -> Read | str:
     coef = coef.lstrip("0")
     if not coef:  # zero, whatever its exponent ("0e99999999" is 0)
         zero = Fraction(0)
-        return Read(zero, zero, Fraction(10) ** max(-400, min(400, quantum_place)))
+        return Read(zero, zero, Fraction(10) ** max(-400, min(400, quantum_place)), None)
     adjusted = len(coef) - 1 + exponent
     if adjusted > 400 or adjusted < -400:
         return "out_of_range"
@@ -184,14 +186,16 @@ def read(value: object) -> Read | str:
         return "out_of_range"
     trimmed = coef.rstrip("0")
     t_exp = exponent + len(coef) - len(trimmed)
+    step = None
     if plain or len(trimmed) <= DIGITS:
         stated = value_
     else:
         number, e = _round15(trimmed, t_exp)
         stated = sign * Fraction(number) * Fraction(10) ** e
+        step = Fraction(10) ** (adjusted - (DIGITS - 1))
     if not plain:
         quantum_place = max(quantum_place, adjusted - (DIGITS - 1))
-    return Read(value_, stated, Fraction(10) ** quantum_place)
+    return Read(value_, stated, Fraction(10) ** quantum_place, step)
 
 
 def tolerance_value(tolerance: float | int) -> Fraction:
@@ -204,7 +208,10 @@ def oracle_numbers(answer: object, truth: Read, tolerance: float | int | None) -
     if not isinstance(a, Read):
         return False
     if tolerance is None:
-        return a.value == truth.value or a.stated == truth.stated
+        if a.value == truth.value:
+            return True
+        # the same stated value, where a reading at 15 digits is no coarser than the truth's print
+        return a.stated == truth.stated and (a.step is None or a.step <= truth.quantum)
     return abs(a.stated - truth.stated) <= tolerance_value(tolerance)
 
 

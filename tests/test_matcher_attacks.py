@@ -210,3 +210,31 @@ def test_an_episode_answering_1e99999999_is_scored_zero_with_the_reason(
     assert meta["reward_status"] == "scored", meta.get("error")
     assert meta["reward_components"][component] == 0.0 and out["reward"] == 0.0
     assert "'1e99999999' is beyond a float's range" in meta["reward_notes"][component]
+
+
+# ------------------------------------------------ found by the long run (benchmarks/matcher_properties.py)
+@pytest.mark.parametrize(
+    ("answer", "truth"),
+    [
+        ("\u221220000000000000000001.0", "-20000000000000000000"),
+        ("27,799,999,999,999,999.000", "27,800,000,000,000,000"),
+        ("99999999999999.999E+3", 100000000000000000),
+    ],
+)
+def test_an_answer_read_at_15_digits_does_not_match_a_longer_plain_integer(answer, truth):
+    # the answer rounds to the truth at 15 digits, but the truth is an integer exact to the unit,
+    # and the answer says another unit: not the truth's value at its printed precision
+    assert value(answer_match(answer, truth, {})) == 0.0
+    assert value(qa_accuracy(answer, truth)) == 0.0
+
+
+def test_an_answer_read_at_15_digits_still_matches_a_truth_printed_no_finer():
+    # float noise past the 15th digit, as a float computation prints it
+    assert answer_match("0.30000000000000004", "0.3", {}) == 1.0
+    assert answer_match("1.2345678901234567e16", "1.23456789012346e16", {}) == 1.0
+    assert answer_match("0.3", 0.30000000000000004, {}) == 1.0  # the truth itself carries the noise
+
+
+def test_zero_with_an_exponent_past_any_decimal_context_is_zero():
+    assert answer_match("0.0E100000000000000000001", 0, {}) == 1.0
+    assert qa_accuracy("0e-100000000000000000001", "0.0") == 1.0
