@@ -90,7 +90,7 @@ def accuracy_component(names: Iterable[str]) -> str | None:
 
 
 @register_reward("answer_match")
-def answer_match(answer: str | None, ground_truth, reward_spec: dict) -> float:
+def answer_match(answer: str | None, ground_truth, reward_spec: dict) -> float | Noted:
     """1.0 when the final answer equals the ground truth (numbers within ``tolerance``), else 0.0."""
     if ground_truth is None or (isinstance(ground_truth, str) and not ground_truth.strip()):
         raise ValueError("answer_match needs a non-empty ground_truth")
@@ -162,7 +162,7 @@ def _match_rule(reward_spec: Mapping[str, Any]) -> str:
 
 
 @register_reward("answer_parts", components=("answer_parts", "answer_parts_all"))
-def answer_parts(answer: str | None, ground_truth, reward_spec: dict) -> dict[str, float]:
+def answer_parts(answer: str | None, ground_truth, reward_spec: dict) -> dict[str, float] | Noted:
     """Fraction of ``@name[value]`` parts answered correctly, and 1.0 only when all are."""
     expected = expected_parts(ground_truth)
     if _match_rule(reward_spec) == "dabench":
