@@ -9,9 +9,11 @@ as written, the exact string or an absolute difference below 1e-6 (``dabench_equ
 
 A question that says "round to 2 decimals" sets ``tolerance: 0.005``, so ``3.14``, ``3.140`` and
 an unrounded ``3.1412`` are right and ``3.2`` or a mis-rounded ``3.15`` (truth 3.1412) are wrong.
-A malformed answer (no ``@name[value]`` parts, no answer at all) scores 0: that is the policy's
-mistake. A malformed ground truth or tolerance raises, which the plan turns into
-``verifier_error``.
+A malformed answer (no ``@name[value]`` parts, no answer at all, a value that is not a number
+or one no float holds where the truth is a number) scores 0 — that is the policy's mistake — and
+says why in the episode's ``reward_notes`` (``rewards.registry.Noted``); nothing an answer holds
+raises here. A malformed ground truth or tolerance raises, which the plan turns into
+``verifier_error``: that status means the verifier could not run, never that the answer was odd.
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rewards.normalize import dabench_equal, normalise_text, numbers_equal
-from rewards.registry import register_reward
+from rewards.normalize import Number, Verdict, compare, dabench_equal, read_number
+from rewards.registry import Noted, register_reward
 
 # @name[value]; a value may hold one level of brackets (a list written as [a, b]).
 PART = re.compile(r"@([A-Za-z_][A-Za-z0-9_]*)\[((?:[^\[\]]|\[[^\[\]]*\])*)\]")
-# DABench's own pattern (lazy, no nesting), used with ``match: dabench``.
+# DABench's own pattern (lazy, no nesting), used with ``match: dabench``: ``re.findall`` with it
+# takes time quadratic in the answer ("@a[" * 30000 took 3 s, * 100000 38 s), so
+# :func:`dabench_parts` finds the same matches in one pass; the pattern stays as the reference.
 DABENCH_PART = re.compile(r"@(\w+)\[(.*?)\]")
+_DABENCH_OPEN = re.compile(r"@(\w+)\[")
 MATCH_RULES = ("default", "dabench")
 
 
@@ -39,24 +44,31 @@ def _tolerance(value: Any, where: str) -> float | None:
     return float(value)
 
 
-def values_match(answer: Any, truth: Any, tolerance: float | None = None) -> bool:
+def values_match(answer: Any, truth: Any, tolerance: float | None = None) -> Verdict:
     """Numbers by ``numbers_equal`` (within ``tolerance``, else the same decimal); text after
-    normalisation.
+    normalisation (``rewards.normalize.compare``).
 
-    Comma-separated truths (an ordered list such as ``"Texas, Ohio"``) match element by element,
-    so spacing after the commas does not matter but order and every element do.
+    A comma-separated text truth (an ordered list such as ``"Texas, Ohio"``) matches element by
+    element, so spacing after the commas does not matter but order and every element do. A truth
+    that reads as one number (``1,234``) is that number, never a list.
     """
-    numeric = numbers_equal(answer, truth, tolerance)
-    if numeric is not None:
-        return numeric
-    a_text, g_text = normalise_text(answer), normalise_text(truth)
-    if "," in str(truth):
-        a_items = [x.strip() for x in str(answer).strip().strip("[]()").split(",")]
-        g_items = [x.strip() for x in str(truth).strip().strip("[]()").split(",")]
-        return len(a_items) == len(g_items) and all(
-            values_match(a, g, tolerance) for a, g in zip(a_items, g_items, strict=True)
-        )
-    return a_text == g_text
+    verdict = compare(answer, truth, tolerance)
+    if verdict.match or "," not in str(truth) or isinstance(read_number(truth), Number):
+        return verdict
+    a_items = [x.strip() for x in str(answer).strip().strip("[]()").split(",")]
+    g_items = [x.strip() for x in str(truth).strip().strip("[]()").split(",")]
+    if len(a_items) != len(g_items):
+        return Verdict(False)
+    for a, g in zip(a_items, g_items, strict=True):
+        item = compare(a, g, tolerance)
+        if not item.match:
+            return Verdict(False, item.note)
+    return Verdict(True)
+
+
+def _noted(value: Any, notes: list[str]) -> Any:
+    """``value``, with the notes (why an answer could not be compared) when there are any."""
+    return Noted(value, "; ".join(notes)) if notes else value
 
 
 # Components that say whether the answer is right (1 = right), beyond any component whose name
@@ -78,14 +90,15 @@ def accuracy_component(names: Iterable[str]) -> str | None:
 
 
 @register_reward("answer_match")
-def answer_match(answer: str | None, ground_truth, reward_spec: dict) -> float:
+def answer_match(answer: str | None, ground_truth, reward_spec: dict) -> float | Noted:
     """1.0 when the final answer equals the ground truth (numbers within ``tolerance``), else 0.0."""
     if ground_truth is None or (isinstance(ground_truth, str) and not ground_truth.strip()):
         raise ValueError("answer_match needs a non-empty ground_truth")
     tolerance = _tolerance(reward_spec.get("tolerance"), "tolerance")
     if answer is None:
         return 0.0
-    return float(values_match(answer, ground_truth, tolerance))
+    verdict = values_match(answer, ground_truth, tolerance)
+    return _noted(float(verdict.match), [verdict.note] if verdict.note else [])
 
 
 def parse_parts(text: str | None) -> dict[str, str]:
@@ -93,6 +106,29 @@ def parse_parts(text: str | None) -> dict[str, str]:
     if not text:
         return {}
     return {name: value.strip() for name, value in PART.findall(text)}
+
+
+def dabench_parts(text: str) -> dict[str, str]:
+    """``dict(DABENCH_PART.findall(text))`` in time linear in ``text``: each ``@name[`` takes the
+    text up to the first ``]`` on its line (``.`` stops at a newline); when no ``]`` closes it
+    there, no later ``@name[`` on that line can close either, so the scan moves to the next line."""
+    parts: dict[str, str] = {}
+    pos = 0
+    while (at := text.find("@", pos)) >= 0:
+        opened = _DABENCH_OPEN.match(text, at)
+        if opened is None:
+            pos = at + 1
+            continue
+        start = opened.end()
+        line_end = text.find("\n", start)
+        line_end = len(text) if line_end < 0 else line_end
+        close = text.find("]", start, line_end)
+        if close < 0:
+            pos = line_end
+            continue
+        parts[opened.group(1)] = text[start:close]
+        pos = close + 1
+    return parts
 
 
 def expected_parts(ground_truth: Any) -> dict[str, str]:
@@ -126,13 +162,13 @@ def _match_rule(reward_spec: Mapping[str, Any]) -> str:
 
 
 @register_reward("answer_parts", components=("answer_parts", "answer_parts_all"))
-def answer_parts(answer: str | None, ground_truth, reward_spec: dict) -> dict[str, float]:
+def answer_parts(answer: str | None, ground_truth, reward_spec: dict) -> dict[str, float] | Noted:
     """Fraction of ``@name[value]`` parts answered correctly, and 1.0 only when all are."""
     expected = expected_parts(ground_truth)
     if _match_rule(reward_spec) == "dabench":
         if reward_spec.get("tolerance") is not None:
             raise ValueError("reward_spec.match 'dabench' has its own rule; drop reward_spec.tolerance")
-        given_raw = dict(DABENCH_PART.findall(answer or ""))
+        given_raw = dabench_parts(answer or "")
         right = sum(1 for name, truth in expected.items() if dabench_equal(given_raw.get(name), truth))
         return {"answer_parts": right / len(expected), "answer_parts_all": float(right == len(expected))}
     raw_tol = reward_spec.get("tolerance")
@@ -145,10 +181,14 @@ def answer_parts(answer: str | None, ground_truth, reward_spec: dict) -> dict[st
         tol = _tolerance(raw_tol, "tolerance")
         tolerances = dict.fromkeys(expected, tol)
     given = parse_parts(answer)
-    right = sum(
-        1
-        for name, truth in expected.items()
-        if name in given and values_match(given[name], truth, tolerances[name])
-    )
+    right, notes = 0, []
+    for name, truth in expected.items():
+        if name not in given:
+            notes.append(f"no @{name}[...] part")
+            continue
+        verdict = values_match(given[name], truth, tolerances[name])
+        right += verdict.match
+        if verdict.note:
+            notes.append(f"@{name}: {verdict.note}")
     fraction = right / len(expected)
-    return {"answer_parts": fraction, "answer_parts_all": float(right == len(expected))}
+    return _noted({"answer_parts": fraction, "answer_parts_all": float(right == len(expected))}, notes)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from rewards.normalize import answers_match
-from rewards.registry import register_reward
+from rewards.registry import Noted, register_reward
 
 
 @register_reward("qa_accuracy")
-def qa_accuracy(answer: str | None, ground_truth) -> float:
-    """Normalised match of the final answer against the ground truth."""
-    return float(answers_match(answer, ground_truth))
+def qa_accuracy(answer: str | None, ground_truth) -> float | Noted:
+    """Normalised match of the final answer against the ground truth; a miss whose answer could not
+    be read as the number the truth is carries the reason as its note."""
+    verdict = answers_match(answer, ground_truth)
+    return Noted(float(verdict.match), verdict.note) if verdict.note else float(verdict.match)
 
 
 @register_reward("qa_exact")

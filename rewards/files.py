@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rewards.normalize import as_number, normalise_text
+from rewards.normalize import as_number, compare, normalise_text
 from rewards.registry import Noted, register_reward
 from tools.policy_files import read_policy_file
 
@@ -45,15 +45,15 @@ class FileDiff:
         return {"file_schema": self.schema, "file_rows": self.rows, "file_values": self.values}
 
 
-def _cell_equal(a: str, b: Any, tolerance: float) -> bool:
+def cell_equal(a: str, b: Any, tolerance: float) -> bool:
+    """One cell the policy wrote (``a``) against the expected one (``b``): both missing, or by the
+    answers' rule (``rewards.normalize.compare``): a number within ``tolerance`` exactly — no
+    slack that grows with the magnitude, no ``inf`` — else normalised text."""
     a_missing = normalise_text(a) in MISSING
     b_missing = b is None or (isinstance(b, float) and math.isnan(b)) or normalise_text(b) in MISSING
     if a_missing or b_missing:
         return a_missing and b_missing
-    a_num, b_num = as_number(a), as_number(b)
-    if a_num is not None and b_num is not None:
-        return abs(a_num - b_num) <= tolerance + 1e-9 * max(1.0, abs(b_num))
-    return normalise_text(a) == normalise_text(b)
+    return compare(a, b, tolerance).match
 
 
 def _sort_key(row: Sequence[Any]) -> tuple:
@@ -143,6 +143,8 @@ def compare_file(workspace: Path, name: str, expected: Mapping[str, Any]) -> Fil
     want_cols = [str(c) for c in expected["columns"]]
     want_rows = [list(r) for r in expected["rows"]]
     tolerance = float(expected.get("tolerance", 1e-6))
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise ValueError(f"expected_file.tolerance must be a finite number >= 0, got {tolerance!r}")
     found = read_policy_file(workspace, name)
     if found.data is None:
         return FileDiff(0.0, 0.0, 0.0, [str(found.refused)])
@@ -183,7 +185,7 @@ def compare_file(workspace: Path, name: str, expected: Mapping[str, Any]) -> Fil
 
         def agreeing(a_rows: list[list[str]], b_rows: list[list[Any]]) -> int:
             return sum(
-                _cell_equal(a, b, tolerance)
+                cell_equal(a, b, tolerance)
                 for ra, rb in zip(a_rows, b_rows, strict=False)
                 for a, b in zip(ra, rb, strict=True)
             )

@@ -65,14 +65,14 @@ def path_reward(ground_truth) -> float:
     ],
 )
 def test_normalised_match_accepts_equivalent_answers(answer, truth):
-    assert answers_match(answer, truth)
+    assert answers_match(answer, truth).match
 
 
 @pytest.mark.parametrize(
     ("answer", "truth"), [("1235", 1234), ("store c", "store b"), (None, "x"), ("1.001", 1)]
 )
 def test_normalised_match_rejects_different_answers(answer, truth):
-    assert not answers_match(answer, truth)
+    assert not answers_match(answer, truth).match
 
 
 def test_qa_plan_scores_accuracy_and_reports_raw_exact_with_weight_zero():

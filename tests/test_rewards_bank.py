@@ -39,11 +39,17 @@ def score(spec: dict, answer: str | None, workspace: Path | None = None):
 # ------------------------------------------------------------------------------ answer_match
 @pytest.mark.parametrize(
     ("answer", "expected"),
-    [("3.14", 1.0), ("3.140", 1.0), ("3.1412", 1.0), ("3.2", 0.0), ("3.15", 0.0), ("about pi", 0.0)],
+    [("3.14", 1.0), ("3.140", 1.0), ("3.1412", 1.0), ("3.2", 0.0), ("3.15", 0.0)],
 )
 def test_answer_match_uses_the_tasks_tolerance(answer, expected):
     # truth 3.14 stated to 2 decimals -> tolerance 0.005: 3.1412 is within, 3.15 (off by 0.01) is not
     assert answer_match(answer, "3.14", {"tolerance": 0.005}) == expected
+
+
+def test_a_text_answer_to_a_number_is_a_miss_that_says_why():
+    assert answer_match("about pi", "3.14", {"tolerance": 0.005}) == Noted(
+        0.0, "the answer 'about pi' is not a number (the ground truth is one)"
+    )
 
 
 def test_answer_match_without_tolerance_is_the_same_decimal_value():
