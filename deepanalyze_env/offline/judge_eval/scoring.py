@@ -17,7 +17,7 @@ from deepanalyze_env.offline.judge_eval.fixtures import Candidate, FixtureCase, 
 from rewards import RewardContext
 from rewards.aio import background_loop
 from rewards.judge import JudgeClient, JudgeError, JudgeParseError, JudgeSession
-from rewards.judge.transcript import messages_from_rendered
+from rewards.judge.transcript import Transcript, messages_from_rendered
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,16 @@ class RepeatSession(JudgeSession):
         self.repeat = repeat
 
     async def evaluate(
-        self, rubric: str, fields: dict[str, str], *, sample: int = 0
+        self,
+        rubric: str,
+        fields: dict[str, str | Transcript],
+        *,
+        sample: int = 0,
+        policy_fields: tuple[str, ...] = (),
     ) -> float | dict[str, float]:
-        return await super().evaluate(rubric, fields, sample=sample + self.repeat)
+        return await super().evaluate(
+            rubric, fields, sample=sample + self.repeat, policy_fields=policy_fields
+        )
 
 
 def looks_like_trajectory(text: str) -> bool:
