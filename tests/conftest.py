@@ -5,12 +5,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from rewards import Method, register_method
+from tools.workspace import sweep_stale
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
@@ -26,10 +28,13 @@ def workspace_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _scratch(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _scratch(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     scratch = tmp_path_factory.mktemp("scratch")
     monkeypatch.setenv("DEEPANALYZE_SCRATCH", str(scratch))
-    return scratch
+    yield scratch
+    # A test that SIGKILLs a trainer leaves its episodes' tmpfs mounted (a later run's sweep
+    # takes them; this root has none): unmount and remove what dead processes left here.
+    sweep_stale(scratch)
 
 
 # The built-in qa method includes the analysis judge; tests that are not about judges use this

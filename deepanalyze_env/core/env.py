@@ -548,13 +548,17 @@ class DeepAnalyzeEnv(BaseTextEnv):
             except Exception:  # scoring must never keep the worker or scratch folder alive
                 log.exception("could not score the episode closed for length")
         self._closed = True
+        # The record is the episode as it stands now: taken before the worker and scratch go, so
+        # a cell still running in another thread (keep_worker) cannot end the episode in between
+        # (its workspace vanishing would read as an environment_error, not the close's reason).
+        snapshot = build_record(self.result()) if record and self.config.records_dir else None
         if self.kernel is not None and not keep_worker:
             self.kernel.close()
         if self.workspace is not None:
             self.workspace.remove()
-        if record and self.config.records_dir:
+        if snapshot is not None:
             try:
-                RecordWriter.for_dir(self.config.records_dir).append(build_record(self.result()))
+                RecordWriter.for_dir(self.config.records_dir).append(snapshot)
             except OSError as exc:
                 log.error("could not write the episode record to %s: %s", self.config.records_dir, exc)
 
