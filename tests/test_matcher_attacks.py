@@ -14,18 +14,17 @@ is either not a number or one no float holds, so every score is 0.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 import skyrl_gym
 
-from rewards import RewardContext, RewardPlan
 from rewards.answers import answer_match, answer_parts
 from rewards.components import qa_accuracy
 from rewards.files import compare_file, file_match
 from rewards.registry import Noted
 from rewards.upstream import upstream_exact
 from tests.conftest import qa_extras
+from tests.test_rewards_bank import score  # one way to score a spec on an answer
 
 HUGE = "1234567890123456e400"
 TRUTHS = [42, 135.55, -3, 0, "42", "135.55", "-3", "0"]
@@ -46,7 +45,6 @@ UNREADABLE = {
     "Infinity": "not a finite number",
     "-Infinity": "not a finite number",
 }
-GATE_OK = "<Analyze>a</Analyze><Answer>x</Answer>"
 
 
 def value(result):
@@ -56,23 +54,6 @@ def value(result):
 def note(result) -> str:
     assert isinstance(result, Noted), f"a miss without a reason: {result!r}"
     return result.note
-
-
-def score(spec: dict, answer: str | None, workspace: Path | None = None):
-    plan = RewardPlan.build(spec)
-    ctx = RewardContext(
-        answer=answer,
-        policy_text=GATE_OK,
-        trajectory=GATE_OK,
-        messages=[],
-        ground_truth=spec.get("ground_truth"),
-        question="q",
-        code_pass=[1],
-        turns=2,
-        workspace=workspace,
-        reward_spec=spec,
-    )
-    return plan.score(ctx)
 
 
 # ------------------------------------------------------------------ attack 1: one answer for all
