@@ -23,7 +23,7 @@ Target (issue 37): the update's peak within 2x the floor plus one micro-batch's 
 flat (not quadratic) in the batch.
 
     python benchmarks/memory.py --out /tmp/memory.json            # the whole grid
-    python benchmarks/memory.py --lengths 256 --batches 3 --quick  # one point each
+    python benchmarks/memory.py --lengths 256 --batches 3 --no-before  # one point, without "before"
 """
 
 from __future__ import annotations
