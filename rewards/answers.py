@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rewards.normalize import Number, Verdict, compare, dabench_equal, read_number
-from rewards.registry import Noted, register_reward
+from rewards.registry import Noted, register_reward, with_notes
 
 # @name[value]; a value may hold one level of brackets (a list written as [a, b]).
 PART = re.compile(r"@([A-Za-z_][A-Za-z0-9_]*)\[((?:[^\[\]]|\[[^\[\]]*\])*)\]")
@@ -66,11 +66,6 @@ def values_match(answer: Any, truth: Any, tolerance: float | None = None) -> Ver
     return Verdict(True)
 
 
-def _noted(value: Any, notes: list[str]) -> Any:
-    """``value``, with the notes (why an answer could not be compared) when there are any."""
-    return Noted(value, "; ".join(notes)) if notes else value
-
-
 # Components that say whether the answer is right (1 = right), beyond any component whose name
 # ends in ``accuracy`` (the QA plan's ``qa_accuracy``, datatask's ``judge_accuracy``): the eval
 # report's accuracy / pass@k and the curriculum's success both read them through
@@ -98,7 +93,7 @@ def answer_match(answer: str | None, ground_truth, reward_spec: dict) -> float |
     if answer is None:
         return 0.0
     verdict = values_match(answer, ground_truth, tolerance)
-    return _noted(float(verdict.match), [verdict.note] if verdict.note else [])
+    return with_notes(float(verdict.match), verdict.note)
 
 
 def parse_parts(text: str | None) -> dict[str, str]:
@@ -191,4 +186,4 @@ def answer_parts(answer: str | None, ground_truth, reward_spec: dict) -> dict[st
         if verdict.note:
             notes.append(f"@{name}: {verdict.note}")
     fraction = right / len(expected)
-    return _noted({"answer_parts": fraction, "answer_parts_all": float(right == len(expected))}, notes)
+    return with_notes({"answer_parts": fraction, "answer_parts_all": float(right == len(expected))}, *notes)

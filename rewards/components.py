@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rewards.normalize import answers_match
-from rewards.registry import Noted, register_reward
+from rewards.registry import Noted, register_reward, with_notes
 
 
 @register_reward("qa_accuracy")
@@ -11,7 +11,7 @@ def qa_accuracy(answer: str | None, ground_truth) -> float | Noted:
     """Normalised match of the final answer against the ground truth; a miss whose answer could not
     be read as the number the truth is carries the reason as its note."""
     verdict = answers_match(answer, ground_truth)
-    return Noted(float(verdict.match), verdict.note) if verdict.note else float(verdict.match)
+    return with_notes(float(verdict.match), verdict.note)
 
 
 @register_reward("qa_exact")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rewards.normalize import as_number, compare, normalise_text
-from rewards.registry import Noted, register_reward
+from rewards.registry import register_reward, with_notes
 from tools.policy_files import read_policy_file
 
 log = logging.getLogger(__name__)
@@ -210,5 +210,4 @@ def file_match(workspace: Path | None, reward_spec: dict) -> dict[str, float]:
     diff = compare_file(Path(workspace), str(expected["name"]), expected)
     if diff.problems:
         log.info("file_match %s: %s", expected["name"], "; ".join(diff.problems))
-        return Noted(diff.components(), "; ".join(diff.problems))
-    return diff.components()
+    return with_notes(diff.components(), *diff.problems)

@@ -39,6 +39,7 @@ __all__ = [
     "registered",
     "registered_names",
     "resolve",
+    "with_notes",
 ]
 
 BUILTIN_PACKAGE = "deepanalyze-env"
@@ -53,6 +54,13 @@ class Noted:
 
     value: Any
     note: str
+
+
+def with_notes(value: Any, *notes: str | None) -> Any:
+    """``value`` carrying the notes that are set (joined by "; ") as a :class:`Noted`, or bare when
+    none is: the one way a reward function attaches its reasons."""
+    kept = [note for note in notes if note]
+    return Noted(value, "; ".join(kept)) if kept else value
 
 
 class RewardSpecError(ValueError):
