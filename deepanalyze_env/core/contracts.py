@@ -39,6 +39,14 @@ Gate = Literal["tags", "fence", "tools"]
 
 ProfileName = Literal["v1", "upstream"]
 
+JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
+"""A value as JSON carries it: what a report, record or request holds before it is read into its
+TypedDict or dataclass. Use it at a boundary (a file just read, a request body), not as a
+stand-in for a shape the project defines."""
+
+JsonObject = dict[str, JsonValue]
+"""A JSON object (see ``JsonValue``)."""
+
 REWARD_STATUSES: tuple[str, ...] = get_args(RewardStatus)
 TERMINATIONS: tuple[str, ...] = get_args(Termination)
 EXEC_STATUSES: tuple[str, ...] = get_args(ExecStatus)
