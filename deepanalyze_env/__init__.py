@@ -54,4 +54,7 @@ def _register_if_available() -> None:
         register()
 
 
+from deepanalyze_env.top_level import check_top_level  # noqa: E402
+
+check_top_level()
 _register_if_available()
