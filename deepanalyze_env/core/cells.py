@@ -9,23 +9,18 @@ writing it), so a replayed turn meets exactly the rules it met when it was recor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from deepanalyze_env.core import protocol
-from deepanalyze_env.core.config import ConfigError, EnvConfig
-from deepanalyze_env.core.contracts import ExecInfo, ExecStatus
+from deepanalyze_env.core.config import ConfigError, ConfigSource, EnvConfig
+from deepanalyze_env.core.contracts import ExecInfo, ExecStatus, JsonObject, JsonValue
 from deepanalyze_env.core.prefix import first_mismatch, parse_prefix
 from deepanalyze_env.core.profiles import PROFILES, Profile
 from tools.kernel import Kernel
 from tools.workspace import UnsafeWorkspace, Workspace
 
-NO_CODE_MESSAGE = (
-    "[Error]:\nNo code was found in this turn. Put Python code in a fenced block inside "
-    "<Code>...</Code>, or give the final answer inside <Answer>...</Answer>."
-)
 
-
-def resolve_workspace(root: str | None, data: Any, workspace_id: Any) -> Path | None:
+def resolve_workspace(root: str | None, data: JsonValue, workspace_id: JsonValue) -> Path | None:
     """``workspace_root/data/workspace_id`` (upstream layout); None when the row has no data."""
     parts = [str(p) for p in (data, workspace_id) if p not in (None, "")]
     if not parts:
@@ -65,16 +60,19 @@ def execute_action(
     The one place a tag turn becomes a cell, shared by ``step`` and the prefix replay at
     ``init`` so a replayed turn meets exactly the rules it met when it was recorded.
     """
-    return run_cell(kernel, profile, protocol.extract_code(cut), has_workspace)
+    return run_cell(
+        kernel, profile, protocol.extract_code(cut), has_workspace, no_code=protocol.NO_CODE_MESSAGE
+    )
 
 
 def run_cell(
-    kernel: Kernel | None, profile: Profile, code: str | None, has_workspace: bool
+    kernel: Kernel | None, profile: Profile, code: str | None, has_workspace: bool, *, no_code: str
 ) -> tuple[str, ExecInfo]:
-    """Run one cell's code (None: the turn held none) under the profile's rules: its output and
-    ``ExecInfo``; both action formats run code through here."""
+    """Run one cell's code under the profile's rules: its output and ``ExecInfo``; every action
+    format runs code through here. ``code`` None: the turn held none (or an invalid call), and
+    its output is the format's ``no_code`` text saying why."""
     if code is None:
-        return NO_CODE_MESSAGE, {"status": "no_code", "elapsed_ms": 0.0, "truncated": False}
+        return no_code, {"status": "no_code", "elapsed_ms": 0.0, "truncated": False}
     if not has_workspace and not profile.run_without_workspace:
         # upstream ran no code for a task without a workspace; the turn then counted 0
         return "", {"status": "skipped", "elapsed_ms": 0.0, "truncated": False}
@@ -87,14 +85,12 @@ def run_cell(
     }
 
 
-def replay_prefix(env_config: Any, row: dict[str, Any]) -> str | None:
+def replay_prefix(env_config: ConfigSource, row: JsonObject) -> str | None:
     """Replay a row's ``prefix`` in a fresh workspace and kernel, as ``init`` does, without
     building its reward plan (so no judge is needed): the first mismatch, or None when every
     cell gives its recorded output. ``deepanalyze-rl recover`` checks each row with this before
     writing it. Raises ``ConfigError`` for a bad row, ``KernelError`` when no kernel starts."""
-    config = EnvConfig.from_any(env_config)
-    if config.profile not in PROFILES:
-        raise ConfigError(f"env_config.profile must be one of {', '.join(PROFILES)}, got {config.profile!r}")
+    config = EnvConfig.from_any(env_config)  # validated: its profile is a known one
     profile = PROFILES[config.profile]
     turns = parse_prefix(row.get("prefix"), profile.has_answer)
     source = resolve_workspace(config.workspace_root, row.get("data"), row.get("workspace_id"))
