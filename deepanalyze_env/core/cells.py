@@ -1,7 +1,7 @@
 """How a turn's code becomes a cell: the task's workspace folder, the episode's kernel, one
 cell run under the profile's rules, and the replay of a recovery row's prefix.
 
-Shared by ``DeepAnalyzeEnv`` (both action formats run code through :func:`run_cell`) and by
+Shared by ``DeepAnalyzeEnv`` (every action format runs code through :func:`run_action`) and by
 ``deepanalyze-rl recover`` (which checks a row's prefix with :func:`replay_prefix` before
 writing it), so a replayed turn meets exactly the rules it met when it was recorded.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import cast
 
-from deepanalyze_env.core import protocol
 from deepanalyze_env.core.config import ConfigError, ConfigSource, EnvConfig
 from deepanalyze_env.core.contracts import ExecInfo, ExecStatus, JsonObject, JsonValue
-from deepanalyze_env.core.prefix import first_mismatch, parse_prefix
+from deepanalyze_env.core.formats import Action, ActionFormat, get_format
+from deepanalyze_env.core.prefix import PrefixTurn, first_mismatch
 from deepanalyze_env.core.profiles import PROFILES, Profile
 from tools.kernel import Kernel
 from tools.workspace import UnsafeWorkspace, Workspace
@@ -52,27 +52,18 @@ def start_kernel(config: EnvConfig, profile: Profile, workspace: Path) -> Kernel
     )
 
 
-def execute_action(
-    kernel: Kernel | None, profile: Profile, cut: str, has_workspace: bool
+def run_action(
+    kernel: Kernel | None, profile: Profile, action: Action, has_workspace: bool
 ) -> tuple[str, ExecInfo]:
-    """Run the code of one (already cut) tag-format turn: its output and ``ExecInfo``.
+    """Run an action's cell under the profile's rules: its output and ``ExecInfo``.
 
-    The one place a tag turn becomes a cell, shared by ``step`` and the prefix replay at
-    ``init`` so a replayed turn meets exactly the rules it met when it was recorded.
-    """
-    return run_cell(
-        kernel, profile, protocol.extract_code(cut), has_workspace, no_code=protocol.NO_CODE_MESSAGE
-    )
-
-
-def run_cell(
-    kernel: Kernel | None, profile: Profile, code: str | None, has_workspace: bool, *, no_code: str
-) -> tuple[str, ExecInfo]:
-    """Run one cell's code under the profile's rules: its output and ``ExecInfo``; every action
-    format runs code through here. ``code`` None: the turn held none (or an invalid call), and
-    its output is the format's ``no_code`` text saying why."""
+    The one place a turn becomes a cell, in every format, shared by ``step`` and the prefix
+    replays (``init``, :func:`replay_prefix`) so a replayed turn meets exactly the rules it met
+    when it was recorded. An action without code runs nothing: its output is the format's
+    reason (``no_code``)."""
+    code = action.code
     if code is None:
-        return no_code, {"status": "no_code", "elapsed_ms": 0.0, "truncated": False}
+        return action.no_code, {"status": "no_code", "elapsed_ms": 0.0, "truncated": False}
     if not has_workspace and not profile.run_without_workspace:
         # upstream ran no code for a task without a workspace; the turn then counted 0
         return "", {"status": "skipped", "elapsed_ms": 0.0, "truncated": False}
@@ -85,14 +76,24 @@ def run_cell(
     }
 
 
+def replay_turns(
+    kernel: Kernel | None, profile: Profile, fmt: ActionFormat, turns: list[PrefixTurn], has_workspace: bool
+) -> str | None:
+    """Replay a prefix's turns, each read by the format as ``step`` reads it: the first mismatch
+    with its recorded observation, or None (``prefix.first_mismatch``)."""
+    return first_mismatch(
+        turns, lambda text: run_action(kernel, profile, fmt.read(text, profile), has_workspace)[0]
+    )
+
+
 def replay_prefix(env_config: ConfigSource, row: JsonObject) -> str | None:
     """Replay a row's ``prefix`` in a fresh workspace and kernel, as ``init`` does, without
     building its reward plan (so no judge is needed): the first mismatch, or None when every
     cell gives its recorded output. ``deepanalyze-rl recover`` checks each row with this before
     writing it. Raises ``ConfigError`` for a bad row, ``KernelError`` when no kernel starts."""
     config = EnvConfig.from_any(env_config)  # validated: its profile is a known one
-    profile = PROFILES[config.profile]
-    turns = parse_prefix(row.get("prefix"), profile.has_answer)
+    profile, fmt = PROFILES[config.profile], get_format(config.action_format)
+    turns = fmt.parse_prefix(row.get("prefix"), profile)
     source = resolve_workspace(config.workspace_root, row.get("data"), row.get("workspace_id"))
     try:
         workspace = Workspace(source, config.executor.disk_mb)
@@ -101,7 +102,7 @@ def replay_prefix(env_config: ConfigSource, row: JsonObject) -> str | None:
     kernel = None
     try:
         kernel = start_kernel(config, profile, workspace.path)
-        return first_mismatch(turns, lambda a: execute_action(kernel, profile, a, source is not None)[0])
+        return replay_turns(kernel, profile, fmt, turns, source is not None)
     finally:
         if kernel is not None:
             kernel.close()

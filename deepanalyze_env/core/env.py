@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, cast
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from deepanalyze_env.core.cells import execute_action, resolve_workspace, run_cell, start_kernel
+from deepanalyze_env.core.cells import replay_turns, resolve_workspace, run_action, start_kernel
 from deepanalyze_env.core.config import ConfigError, ConfigSource, EnvConfig, JudgeConfig
 from deepanalyze_env.core.contracts import (
     EXEC_STATUSES,
@@ -35,7 +35,7 @@ from deepanalyze_env.core.contracts import (
 )
 from deepanalyze_env.core.formats import Action, get_format
 from deepanalyze_env.core.hacking import Watched, suspect_reasons
-from deepanalyze_env.core.prefix import PrefixTurn, first_mismatch, prefix_messages
+from deepanalyze_env.core.prefix import PrefixTurn, prefix_messages
 from deepanalyze_env.core.profiles import PROFILES
 from deepanalyze_env.core.records import RecordWriter, build_record, judge_versions, package_version
 from deepanalyze_env.core.tool_calls import ParsedTurn
@@ -243,11 +243,8 @@ class DeepAnalyzeEnv(BaseTextEnv):
         it is shown."""
         start = time.monotonic()
         try:
-            self.prefix_error = first_mismatch(
-                self.prefix,
-                lambda action: execute_action(
-                    self.kernel, self.profile, action, self.source_workspace is not None
-                )[0],
+            self.prefix_error = replay_turns(
+                self.kernel, self.profile, self.format, self.prefix, self.source_workspace is not None
             )
         except KernelError as exc:
             self.prefix_error = f"prefix replay failed: {exc}"
@@ -345,10 +342,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
     def _cell_turn(self, action: Action) -> BaseTextEnvStepOutput:
         """A turn that goes on: its cell run (or, with no code, the format's reason), its pass by
         the profile's rule, its exec entry and the observation recorded; the step output handed back."""
-        has_workspace = self.source_workspace is not None
-        output, exec_meta = run_cell(
-            self.kernel, self.profile, action.code, has_workspace, no_code=action.no_code
-        )
+        output, exec_meta = run_action(self.kernel, self.profile, action, self.source_workspace is not None)
         observation = self.format.observation(output, self.config)
         passed = self.profile.code_pass(exec_meta["status"], output)
         self.code_pass.append(passed)
