@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deepanalyze_env.core import protocol
+from deepanalyze_env.core.formats import get_format
 
 
 @dataclass
@@ -92,15 +92,12 @@ class RewardContext:
 
         ``policy_turns`` are the policy's own turns as it wrote them; ``submitted`` is an answer
         given outside the tags (the ``tools`` format's ``submit_answer`` argument, or a
-        judge-eval candidate that is an answer only). The answer is read from ``submitted`` when
-        there is one or the format is ``tools``, else from the last ``<Answer>`` of the turns.
+        judge-eval candidate that is an answer only). The action format reads the answer
+        (``core/formats``): ``tools`` from ``submitted`` only, ``tags`` from ``submitted`` when
+        there is one, else from the last ``<Answer>`` of the turns.
         """
-        if submitted is not None or action_format == "tools":
-            answer = protocol.answer_value(submitted)
-        else:
-            answer = protocol.extract_answer(policy_turns)
         return cls(
-            answer=answer,
+            answer=get_format(action_format).answer(policy_turns, submitted),
             policy_text="\n".join(policy_turns),
             policy_turns=list(policy_turns),
             trajectory="".join(str(m.get("content") or "") for m in messages[episode_start:]),

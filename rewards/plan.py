@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from deepanalyze_env.core import protocol
+from deepanalyze_env.core.formats import get_format
 from rewards.context import RewardContext
 from rewards.methods import Method, get_method
 from rewards.registry import Noted, RewardFunction, RewardSpecError, check_args, resolve
@@ -133,6 +133,12 @@ class Plan(Protocol):
         ...
 
     @property
+    def needs_prefix(self) -> list[str]:
+        """Components only a row with a prefix (a recovery task) can score; the env refuses a row
+        without one for them."""
+        ...
+
+    @property
     def weights(self) -> Mapping[str, float] | None:
         """Weight per component; None: a plain mean of whatever components it produces."""
         ...
@@ -206,6 +212,10 @@ class RewardPlan:
     def needs_judge(self) -> list[str]:
         return list(dict.fromkeys(s.fn.name for s in self.functions if s.fn.needs_judge))
 
+    @property
+    def needs_prefix(self) -> list[str]:
+        return [c for s in self.functions if s.fn.needs_prefix for c in s.component_names]
+
     def fingerprint(self) -> str:
         """Hash of what determines scoring: method, functions (with their arguments), weights."""
         blob = json.dumps(
@@ -222,24 +232,10 @@ class RewardPlan:
     # ------------------------------------------------------------------ scoring
 
     def gate(self, ctx: RewardContext) -> tuple[str, str] | None:
-        """Which format gate the episode fails and why, or None when it passes. Tags: the
-        protocol tags in the policy's text, and Python fences for fence-gated methods. Tools: the
-        same in spirit — every call valid, and the episode ended with ``submit_answer`` (code
-        goes in a ``code`` argument, so there is no fence to check)."""
-        if ctx.action_format == "tools":
-            if ctx.tool_errors:
-                return "tools", "; ".join(ctx.tool_errors)
-            if ctx.answer is None:
-                return "tools", "the episode ended without a submit_answer call"
-            return None
-        missing = protocol.missing_gate_tags(ctx.policy_turns or ctx.policy_text)
-        if missing:
-            return "tags", f"missing {', '.join(missing)}"
-        if self.method.fence_gate and not all(
-            protocol.is_python_fenced(block) for block in protocol.code_blocks(ctx.policy_text)
-        ):
-            return "fence", "a <Code> block is not one ```python fenced block"
-        return None
+        """Which format gate the episode fails and why, or None when it passes: the action
+        format's gate (``core/formats``: the protocol tags, or every tool call valid and a
+        ``submit_answer``), with Python fences for fence-gated methods where the format has them."""
+        return get_format(ctx.action_format).gate(ctx, self.method.fence_gate)
 
     def score(self, ctx: RewardContext) -> RewardOutcome:
         failed = self.gate(ctx)

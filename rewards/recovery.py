@@ -5,9 +5,10 @@ asks is whether the policy fixes the failure. The component is 1 when the first 
 runs after the prefix earns code_pass (``v1``: it ends ``ok`` and prints something — a ``pass``
 is no fix), 0 when it raises, times out, crashes or shows nothing, and 0 when the policy runs
 no cell at all before it ends (it never showed a fix). Turns without code are passed over:
-no cell ran in them. On a row without a prefix the question does not exist; the env refuses to
-build such a plan (a ``ConfigError`` at construction), and a context without a prefix makes
-this function raise, so it can never quietly score 0.
+no cell ran in them. On a row without a prefix the question does not exist: the function is
+registered ``needs_prefix``, so the env refuses such a row for a plan holding it (a
+``ConfigError`` at construction), and a context without a prefix makes this function raise, so
+it can never quietly score 0.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from rewards.registry import register_reward
 NOT_A_CELL = ("no_code", "skipped")
 
 
-@register_reward("recovery")
+@register_reward("recovery", needs_prefix=True)
 def recovery(exec_statuses: list[str], code_pass: list[int], prefix_turns: int) -> float:
     """1.0 when the first cell after the prefix earned code_pass (the profile's rule: in ``v1``
     it ran without error and printed something), else 0.0."""

@@ -111,6 +111,7 @@ class RewardFunction:
     optional: bool = False
     own: tuple[Param, ...] = ()  # its own arguments, set per task by reward_spec args
     origin: str | None = None  # the package that registered it; None: found from its module on demand
+    needs_prefix: bool = False  # only a row with a prefix (a recovery task) can be scored by it
 
     @property
     def component_names(self) -> tuple[str, ...]:
@@ -172,6 +173,7 @@ def _describe(
     needs_judge: bool,
     optional: bool,
     origin: str | None = None,
+    needs_prefix: bool = False,
 ) -> RewardFunction:
     if not callable(fn):
         raise RewardSpecError(f"reward function {name!r} is not callable ({fn!r})")
@@ -199,6 +201,7 @@ def _describe(
         optional=optional,
         own=tuple(own),
         origin=origin,
+        needs_prefix=needs_prefix,
     )
 
 
@@ -209,6 +212,7 @@ def register_reward(
     needs_judge: bool = False,
     aliases: Sequence[str] = (),
     optional: bool = False,
+    needs_prefix: bool = False,
     replace: bool = False,
 ) -> Callable[[Callable], Callable]:
     """Register ``fn`` under ``name`` (and ``aliases``) in this process.
@@ -217,7 +221,9 @@ def register_reward(
     caught at plan construction; a float-returning one may declare a single component name
     that differs from its registered name. ``optional`` functions may return None, meaning
     "does not apply to this episode" (the component is then absent); for any other function
-    None is a failure to compute, never a silent 0. Re-registering the same function is a no-op (modules get
+    None is a failure to compute, never a silent 0. A ``needs_prefix`` function scores what a
+    policy does after a recovery row's prefix: a plan holding it refuses a row without one at env
+    construction. Re-registering the same function is a no-op (modules get
     imported twice under different runners); a different function under a taken name is an
     error naming both packages unless ``replace=True`` (refused for a name another package owns
     while plugins load). To make a name known in every process, declare an entry point instead
@@ -231,7 +237,7 @@ def register_reward(
             taken = existing is not None and not _same_function(existing.fn, fn)
             if taken and (not replace or origin is not None):
                 raise clash(key, existing, origin or package_of(fn), fn)
-            _REGISTRY[key] = _describe(fn, key, components, needs_judge, optional, origin)
+            _REGISTRY[key] = _describe(fn, key, components, needs_judge, optional, origin, needs_prefix)
         return fn
 
     return decorator

@@ -97,6 +97,11 @@ class UpstreamPlan:
         return ["judge_analysis"] if self.method == "qa" else list(self.functions)
 
     @property
+    def needs_prefix(self) -> list[str]:
+        """None of DeepAnalyze's judges scores a recovery prefix."""
+        return []
+
+    @property
     def weights(self) -> None:
         """None: upstream scored a plain mean of whatever components an episode produced."""
         return None

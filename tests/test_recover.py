@@ -194,6 +194,13 @@ def test_recovery_component_on_a_row_without_prefix_is_refused(workspace_root: P
         make(workspace_root, extras(None, spec=RECOVERY))
 
 
+def test_a_reward_that_needs_a_prefix_is_refused_under_any_name(workspace_root: Path):
+    # the rule is the reward's declaration (needs_prefix), not its component's name
+    renamed = {**RECOVERY, "function": ["answer_match", {"name": "recovery", "as": "fixed"}], "weights": {}}
+    with pytest.raises(ConfigError, match="'fixed' needs a row with a prefix"):
+        make(workspace_root, extras(None, spec=renamed))
+
+
 def test_recovery_function_never_scores_a_context_without_prefix():
     with pytest.raises(ValueError, match="only to a row with a prefix"):
         recovery(exec_statuses=["ok"], code_pass=[1], prefix_turns=0)

@@ -1,7 +1,7 @@
 """How a turn's code becomes a cell: the task's workspace folder, the episode's kernel, one
 cell run under the profile's rules, and the replay of a recovery row's prefix.
 
-Shared by ``DeepAnalyzeEnv`` (both action formats run code through :func:`run_cell`) and by
+Shared by ``DeepAnalyzeEnv`` (every action format runs code through :func:`run_action`) and by
 ``deepanalyze-rl recover`` (which checks a row's prefix with :func:`replay_prefix` before
 writing it), so a replayed turn meets exactly the rules it met when it was recorded.
 """
@@ -9,23 +9,18 @@ writing it), so a replayed turn meets exactly the rules it met when it was recor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
-from deepanalyze_env.core import protocol
-from deepanalyze_env.core.config import ConfigError, EnvConfig
-from deepanalyze_env.core.contracts import ExecInfo, ExecStatus
-from deepanalyze_env.core.prefix import first_mismatch, parse_prefix
+from deepanalyze_env.core.config import ConfigError, ConfigSource, EnvConfig
+from deepanalyze_env.core.contracts import ExecInfo, ExecStatus, JsonObject, JsonValue
+from deepanalyze_env.core.formats import Action, ActionFormat, get_format
+from deepanalyze_env.core.prefix import PrefixTurn, first_mismatch
 from deepanalyze_env.core.profiles import PROFILES, Profile
 from tools.kernel import Kernel
 from tools.workspace import UnsafeWorkspace, Workspace
 
-NO_CODE_MESSAGE = (
-    "[Error]:\nNo code was found in this turn. Put Python code in a fenced block inside "
-    "<Code>...</Code>, or give the final answer inside <Answer>...</Answer>."
-)
 
-
-def resolve_workspace(root: str | None, data: Any, workspace_id: Any) -> Path | None:
+def resolve_workspace(root: str | None, data: JsonValue, workspace_id: JsonValue) -> Path | None:
     """``workspace_root/data/workspace_id`` (upstream layout); None when the row has no data."""
     parts = [str(p) for p in (data, workspace_id) if p not in (None, "")]
     if not parts:
@@ -57,24 +52,18 @@ def start_kernel(config: EnvConfig, profile: Profile, workspace: Path) -> Kernel
     )
 
 
-def execute_action(
-    kernel: Kernel | None, profile: Profile, cut: str, has_workspace: bool
+def run_action(
+    kernel: Kernel | None, profile: Profile, action: Action, has_workspace: bool
 ) -> tuple[str, ExecInfo]:
-    """Run the code of one (already cut) tag-format turn: its output and ``ExecInfo``.
+    """Run an action's cell under the profile's rules: its output and ``ExecInfo``.
 
-    The one place a tag turn becomes a cell, shared by ``step`` and the prefix replay at
-    ``init`` so a replayed turn meets exactly the rules it met when it was recorded.
-    """
-    return run_cell(kernel, profile, protocol.extract_code(cut), has_workspace)
-
-
-def run_cell(
-    kernel: Kernel | None, profile: Profile, code: str | None, has_workspace: bool
-) -> tuple[str, ExecInfo]:
-    """Run one cell's code (None: the turn held none) under the profile's rules: its output and
-    ``ExecInfo``; both action formats run code through here."""
+    The one place a turn becomes a cell, in every format, shared by ``step`` and the prefix
+    replays (``init``, :func:`replay_prefix`) so a replayed turn meets exactly the rules it met
+    when it was recorded. An action without code runs nothing: its output is the format's
+    reason (``no_code``)."""
+    code = action.code
     if code is None:
-        return NO_CODE_MESSAGE, {"status": "no_code", "elapsed_ms": 0.0, "truncated": False}
+        return action.no_code, {"status": "no_code", "elapsed_ms": 0.0, "truncated": False}
     if not has_workspace and not profile.run_without_workspace:
         # upstream ran no code for a task without a workspace; the turn then counted 0
         return "", {"status": "skipped", "elapsed_ms": 0.0, "truncated": False}
@@ -87,16 +76,24 @@ def run_cell(
     }
 
 
-def replay_prefix(env_config: Any, row: dict[str, Any]) -> str | None:
+def replay_turns(
+    kernel: Kernel | None, profile: Profile, fmt: ActionFormat, turns: list[PrefixTurn], has_workspace: bool
+) -> str | None:
+    """Replay a prefix's turns, each read by the format as ``step`` reads it: the first mismatch
+    with its recorded observation, or None (``prefix.first_mismatch``)."""
+    return first_mismatch(
+        turns, lambda text: run_action(kernel, profile, fmt.read(text, profile), has_workspace)[0]
+    )
+
+
+def replay_prefix(env_config: ConfigSource, row: JsonObject) -> str | None:
     """Replay a row's ``prefix`` in a fresh workspace and kernel, as ``init`` does, without
     building its reward plan (so no judge is needed): the first mismatch, or None when every
     cell gives its recorded output. ``deepanalyze-rl recover`` checks each row with this before
     writing it. Raises ``ConfigError`` for a bad row, ``KernelError`` when no kernel starts."""
-    config = EnvConfig.from_any(env_config)
-    if config.profile not in PROFILES:
-        raise ConfigError(f"env_config.profile must be one of {', '.join(PROFILES)}, got {config.profile!r}")
-    profile = PROFILES[config.profile]
-    turns = parse_prefix(row.get("prefix"), profile.has_answer)
+    config = EnvConfig.from_any(env_config)  # validated: its profile is a known one
+    profile, fmt = PROFILES[config.profile], get_format(config.action_format)
+    turns = fmt.parse_prefix(row.get("prefix"), profile)
     source = resolve_workspace(config.workspace_root, row.get("data"), row.get("workspace_id"))
     try:
         workspace = Workspace(source, config.executor.disk_mb)
@@ -105,7 +102,7 @@ def replay_prefix(env_config: Any, row: dict[str, Any]) -> str | None:
     kernel = None
     try:
         kernel = start_kernel(config, profile, workspace.path)
-        return first_mismatch(turns, lambda a: execute_action(kernel, profile, a, source is not None)[0])
+        return replay_turns(kernel, profile, fmt, turns, source is not None)
     finally:
         if kernel is not None:
             kernel.close()

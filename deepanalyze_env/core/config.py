@@ -8,15 +8,16 @@ config must fail before the first rollout, not silently fall back to a default.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import UnionType
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Literal, Union, get_args, get_origin, get_type_hints
 
+from deepanalyze_env.core.contracts import JsonValue
 from deepanalyze_env.core.errors import ConfigError
 
-__all__ = ["ConfigError", "EnvConfig", "ExecutorConfig", "JudgeConfig", "SandboxConfig"]
+__all__ = ["ConfigError", "ConfigSource", "EnvConfig", "ExecutorConfig", "JudgeConfig", "SandboxConfig"]
 
 
 @dataclass
@@ -76,8 +77,6 @@ CacheJournal = Literal["auto", "wal", "delete"]
 CACHE_JOURNALS: tuple[str, ...] = get_args(CacheJournal)
 RowErrors = Literal["raise", "episode"]
 ROW_ERRORS: tuple[str, ...] = get_args(RowErrors)
-ActionFormat = Literal["tags", "tools"]
-ACTION_FORMATS: tuple[str, ...] = get_args(ActionFormat)
 
 
 @dataclass
@@ -181,14 +180,16 @@ class EnvConfig:
     workspace_root: str | None = None
     """Folder holding the task folders (``<workspace_root>/<data>/<workspace_id>/``)."""
     profile: str = "v1"
-    """``v1`` (this project's semantics) or ``upstream`` (DeepAnalyze's, for comparisons)."""
+    """``v1`` (this project's semantics) or ``upstream`` (DeepAnalyze's, for comparisons): a
+    name in ``core.profiles.PROFILES``."""
     max_turns: int = 30
     """Turn limit when the row sets none (under SkyRL, ``generator.max_turns`` is the limit)."""
     observation_role: str = "user"
     """Role of the ``<Execute>`` observation messages (tag format; tool results are role ``tool``)."""
     action_format: str = "tags"
-    """How the policy acts: ``tags`` (``<Analyze>/<Code>/<Answer>``) or ``tools`` (native tool calls
-    of ``run_python(code)`` and ``submit_answer(answer)``, ``core/tool_calls.py``); v1 profile only."""
+    """How the policy acts, a name in ``core.formats.FORMATS``: ``tags`` (``<Analyze>/<Code>/
+    <Answer>``) or ``tools`` (native tool calls of ``run_python(code)`` and
+    ``submit_answer(answer)``; v1 profile only)."""
     stateful_cells: bool = False
     """Keep variables between cells (DeepAnalyze's harness gives each cell a fresh namespace)."""
     system_prompt: str | None = None
@@ -208,17 +209,24 @@ class EnvConfig:
     """The LLM judge (only needed by plans with judge components)."""
 
     @classmethod
-    def from_any(cls, raw: Any, path: str = "env_config") -> EnvConfig:
-        """Strict build from a dict, an OmegaConf node or an EnvConfig; ``path`` prefixes error
-        messages (``environment.skyrl_gym.deepanalyze`` under SkyRL). An EnvConfig that SkyRL's
-        config builder made holds plain dicts in its nested sections, so it is rebuilt."""
-        if isinstance(raw, EnvConfig) and _fully_typed(raw):
-            return raw
-        config = _build(cls, to_plain(raw), path)
+    def from_any(cls, raw: ConfigSource, path: str = "env_config") -> EnvConfig:
+        """Strict, validated build from a dict, an OmegaConf node or an EnvConfig; ``path``
+        prefixes error messages (``environment.skyrl_gym.deepanalyze`` under SkyRL). An EnvConfig
+        that SkyRL's config builder made holds plain dicts in its nested sections, so it is rebuilt."""
+        config = raw if isinstance(raw, EnvConfig) and _fully_typed(raw) else _build(cls, to_plain(raw), path)
         config.validate()
         return config
 
     def validate(self) -> None:
+        """The one check of every setting (the env and ``replay_prefix`` rely on it): the profile
+        and action format are registered names, and the format can play the rest."""
+        from deepanalyze_env.core.formats import get_format
+        from deepanalyze_env.core.profiles import PROFILES
+
+        if self.profile not in PROFILES:
+            raise ConfigError(
+                f"env_config.profile must be one of {', '.join(PROFILES)}, got {self.profile!r}"
+            )
         if self.max_turns < 1:
             raise ConfigError("env_config.max_turns must be >= 1")
         if self.row_errors not in ROW_ERRORS:
@@ -227,16 +235,7 @@ class EnvConfig:
             )
         if not self.observation_role:
             raise ConfigError("env_config.observation_role must be a non-empty role name")
-        if self.action_format not in ACTION_FORMATS:
-            raise ConfigError(
-                f"env_config.action_format must be one of {', '.join(ACTION_FORMATS)}, "
-                f"got {self.action_format!r}"
-            )
-        if self.action_format == "tools" and self.profile != "v1":
-            raise ConfigError(
-                "env_config.action_format: tools needs profile v1 "
-                "(the upstream profile is DeepAnalyze's tag rules)"
-            )
+        get_format(self.action_format).validate(self)
         self.executor.validate()
 
 
@@ -248,7 +247,11 @@ def _fully_typed(config: EnvConfig) -> bool:
     )
 
 
-def to_plain(raw: Any) -> dict:
+ConfigSource = EnvConfig | Mapping[str, object] | None
+"""What ``env_config`` may arrive as: an EnvConfig, a dict or an OmegaConf node (a mapping)."""
+
+
+def to_plain(raw: object) -> dict[str, object]:
     """Turn a dict / OmegaConf node / dataclass / None into a plain dict."""
     if raw is None:
         return {}
@@ -269,12 +272,12 @@ def to_plain(raw: Any) -> dict:
         raise ConfigError(f"env_config must be a mapping, got {type(raw).__name__}")
 
 
-def _build(cls: type, data: dict, path: str):
+def _build(cls: type, data: dict[str, object], path: str):
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must be a mapping, got {type(data).__name__}")
     hints = get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for key, value in data.items():
         if key not in names:
             known = ", ".join(sorted(names)) or "(none)"
@@ -287,7 +290,7 @@ def _build(cls: type, data: dict, path: str):
     return cls(**kwargs)
 
 
-def _to_bool(value: Any, path: str) -> bool:
+def _to_bool(value: JsonValue, path: str) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
@@ -295,7 +298,7 @@ def _to_bool(value: Any, path: str) -> bool:
     raise ConfigError(f"{path} must be true or false, got {value!r}")
 
 
-def _to_int(value: Any, path: str) -> int:
+def _to_int(value: JsonValue, path: str) -> int:
     if isinstance(value, bool):
         raise ConfigError(f"{path} must be an integer, got {value!r}")
     try:
@@ -304,7 +307,7 @@ def _to_int(value: Any, path: str) -> int:
         raise ConfigError(f"{path} must be an integer, got {value!r}")
 
 
-def _to_float(value: Any, path: str) -> float:
+def _to_float(value: JsonValue, path: str) -> float:
     if isinstance(value, bool):
         raise ConfigError(f"{path} must be a number, got {value!r}")
     try:
@@ -313,11 +316,11 @@ def _to_float(value: Any, path: str) -> float:
         raise ConfigError(f"{path} must be a number, got {value!r}")
 
 
-def _to_str(value: Any, path: str) -> str:
+def _to_str(value: JsonValue, path: str) -> str:
     return str(value)
 
 
-def _to_list(value: Any, path: str) -> list:
+def _to_list(value: JsonValue, path: str) -> list:
     if isinstance(value, str):  # a command-line override: comma-separated
         return [v.strip() for v in value.split(",") if v.strip()]
     try:
@@ -327,7 +330,7 @@ def _to_list(value: Any, path: str) -> list:
 
 
 # annotation (or its origin, for ``list[str]``) → coercion; YAML and CLI overrides give text
-_COERCE: dict[Any, Callable[[Any, str], Any]] = {
+_COERCE: dict[type, Callable[[JsonValue, str], object]] = {
     bool: _to_bool,
     int: _to_int,
     float: _to_float,
@@ -336,13 +339,14 @@ _COERCE: dict[Any, Callable[[Any, str], Any]] = {
 }
 
 
-def _coerce(value: Any, hint: Any, path: str) -> Any:
-    """Check and convert a scalar setting by its annotation (``int``, ``float | None``, …)."""
+def _coerce(value: JsonValue, hint: object, path: str) -> object:
+    """Check and convert a scalar setting by its annotation (``int``, ``float | None``, …); an
+    annotation without a coercion (a union of several types) keeps the value as given."""
     args = get_args(hint)
     optional = get_origin(hint) in (Union, UnionType) and type(None) in args
     if optional:
         rest = [a for a in args if a is not type(None)]
-        hint = rest[0] if len(rest) == 1 else Any
+        hint = rest[0] if len(rest) == 1 else object
     if value is None:
         if optional:
             return None

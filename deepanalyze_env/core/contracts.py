@@ -52,6 +52,31 @@ TERMINATIONS: tuple[str, ...] = get_args(Termination)
 EXEC_STATUSES: tuple[str, ...] = get_args(ExecStatus)
 
 
+class ToolCallFunction(TypedDict):
+    """The called function of a structured tool call: its name and its arguments by name."""
+
+    name: str
+    arguments: dict[str, str]
+
+
+class ChatToolCall(TypedDict):
+    """A structured call in an assistant message (``tools`` format), as chat templates render it."""
+
+    type: Literal["function"]
+    function: ToolCallFunction
+
+
+class ChatMessage(TypedDict):
+    """One message of an episode's conversation: a prompt message, a policy turn (a valid
+    ``tools``-format call structured in ``tool_calls``) or an observation (a tool result names
+    its tool in ``name``)."""
+
+    role: str
+    content: str
+    name: NotRequired[str]
+    tool_calls: NotRequired[list[ChatToolCall]]
+
+
 class ExecInfo(TypedDict):
     """One code turn as the env saw it (``metadata["exec"]``, and per turn in records)."""
 
@@ -115,7 +140,7 @@ class AgentTrace(TypedDict):
     command: str  # the agent command line as given
     exit_code: int | None  # None: still running when the time limit killed it
     seconds: float
-    model_calls: list[dict[str, Any]]  # per model call: request, response (token ids and logprobs
+    model_calls: list[JsonObject]  # per model call: request, response (token ids and logprobs
     # when the upstream returned them), status, latency_ms
     stderr_tail: str  # the last lines the agent wrote to stderr
 
@@ -126,11 +151,11 @@ class EpisodeRecord(TypedDict):
     episode_id: str
     task_id: str | None
     task_hash: str
-    reward_spec: dict[str, Any]
+    reward_spec: JsonObject
     input_seq: str | None
     data: str | None
     workspace_id: str | None
-    messages: list[dict[str, Any]]  # prompt, policy turns (tool calls structured) and observations
+    messages: list[ChatMessage]  # prompt, policy turns (tool calls structured) and observations
     reward: float | None
     reward_components: dict[str, float]
     reward_status: str  # a RewardStatus, or "unfinished" for an episode closed before its end
@@ -141,7 +166,7 @@ class EpisodeRecord(TypedDict):
     turns: int
     exec: list[ExecInfo]
     judge: JudgeSummary | None
-    usage: Any  # token counts per turn, when the policy reports them
+    usage: JsonValue  # token counts per turn, when the policy reports them
     agent: AgentTrace | None  # an outside agent's run (``collect``); None for the env's own policies
     versions: Versions
     timings: dict[str, float]  # init_ms, reward_ms
@@ -159,9 +184,9 @@ class EpisodeResult:
     whole episode) read one value instead of the env's internals.
     """
 
-    extras: dict[str, Any]  # the dataset row's extras (task fields, episode_id, usage)
+    extras: JsonObject  # the dataset row's extras (task fields, episode_id, usage)
     task_id: str | None
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     reward: float | None  # None while unfinished
     metadata: FinalMetadata | None  # None while unfinished
     code_pass: list[int]

@@ -10,29 +10,32 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from deepanalyze_env.core import protocol, tool_calls
-from deepanalyze_env.core.cells import execute_action, resolve_workspace, run_cell, start_kernel
-from deepanalyze_env.core.config import ConfigError, EnvConfig
+from deepanalyze_env.core.cells import replay_turns, resolve_workspace, run_action, start_kernel
+from deepanalyze_env.core.config import ConfigError, ConfigSource, EnvConfig, JudgeConfig
 from deepanalyze_env.core.contracts import (
     EXEC_STATUSES,
     REWARD_STATUSES,
     TERMINATIONS,
+    ChatMessage,
     EpisodeResult,
     ExecInfo,
     FinalMetadata,
     Gate,
+    JsonObject,
     RewardStatus,
     Termination,
     TurnMetadata,
 )
+from deepanalyze_env.core.formats import Action, get_format
 from deepanalyze_env.core.hacking import Watched, suspect_reasons
-from deepanalyze_env.core.prefix import PrefixTurn, first_mismatch, parse_prefix, prefix_messages
+from deepanalyze_env.core.prefix import PrefixTurn, prefix_messages
 from deepanalyze_env.core.profiles import PROFILES
 from deepanalyze_env.core.records import RecordWriter, build_record, judge_versions, package_version
 from deepanalyze_env.core.tool_calls import ParsedTurn
@@ -40,10 +43,10 @@ from rewards import Plan, RewardContext, RewardOutcome, RewardSpecError
 from tools.kernel import Kernel, KernelError
 from tools.workspace import UnsafeWorkspace, Workspace
 
+if TYPE_CHECKING:
+    from rewards.judge import JudgeClient, JudgeSession
+
 log = logging.getLogger(__name__)
-
-
-SHIPPED_PROMPTS = {"tags": "prompts/protocol.md", "tools": "prompts/tools.md"}  # action format -> file
 
 
 def load_system_prompt(setting: str | None, action_format: str = "tags") -> str | None:
@@ -54,7 +57,7 @@ def load_system_prompt(setting: str | None, action_format: str = "tags") -> str 
     if setting == "protocol":
         return (
             resources.files("deepanalyze_env.core")
-            .joinpath(SHIPPED_PROMPTS[action_format])
+            .joinpath(get_format(action_format).prompt_file)
             .read_text(encoding="utf-8")
         )
     path = Path(setting).expanduser()
@@ -63,7 +66,7 @@ def load_system_prompt(setting: str | None, action_format: str = "tags") -> str 
     return path.read_text(encoding="utf-8")
 
 
-def _judge_client(config: Any, functions: list[str]):
+def _judge_client(config: JudgeConfig, functions: list[str]) -> JudgeClient:
     """The process's shared judge client; a bad judge setting or prompt file fails here."""
     from rewards.judge import JudgeError, get_judge_client, validate_prompts
     from rewards.judges import rubrics_for
@@ -89,9 +92,6 @@ def keeps_sampled_tokens(text: str, cut: str) -> bool:
     return not text[len(cut) :].strip()
 
 
-RECOVERY_COMPONENT = "recovery"
-
-
 class DeepAnalyzeEnv(BaseTextEnv):
     """One data-analysis episode (skyrl_gym env id ``deepanalyze``).
 
@@ -109,18 +109,15 @@ class DeepAnalyzeEnv(BaseTextEnv):
         env.close()
     """
 
-    def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None):
+    def __init__(self, env_config: ConfigSource = None, extras: JsonObject | None = None):
         super().__init__()
-        self.config = EnvConfig.from_any(env_config)
-        if self.config.profile not in PROFILES:
-            raise ConfigError(
-                f"env_config.profile must be one of {', '.join(PROFILES)}, got {self.config.profile!r}"
-            )
+        self.config = EnvConfig.from_any(env_config)  # validated: profile and format are known names
         self.profile = PROFILES[self.config.profile]
-        self.extras = dict(extras or {})
+        self.format = get_format(self.config.action_format)
+        self.extras: JsonObject = dict(extras or {})
         self.plan: Plan | None = None
-        self.reward_spec: dict[str, Any] = {}
-        self.judge_client = None
+        self.reward_spec: JsonObject = {}
+        self.judge_client: JudgeClient | None = None
         self.question = self.extras.get("input_seq")
         self.max_turns = self.config.max_turns
         self.source_workspace: Path | None = None
@@ -137,12 +134,11 @@ class DeepAnalyzeEnv(BaseTextEnv):
             log.error("bad dataset row (task %s): %s", self.extras.get("task_id"), exc)
             self._infra_error = f"bad dataset row: {exc}"
         self.system_prompt = load_system_prompt(self.config.system_prompt, self.config.action_format)
-        self.tools_mode = self.config.action_format == "tools"
-        self.submitted: str | None = None  # tools format: the submit_answer argument
-        self.tool_errors: list[str] = []  # tools format: why each invalid call was invalid
+        self.submitted: str | None = None  # an answer given outside the text (submit_answer)
+        self.action_errors: list[str] = []  # why each invalid action was invalid (fails the gate)
         self.task_id = self.extras.get("task_id") or self.extras.get("id")
 
-        self.messages: list[dict[str, Any]] = []
+        self.messages: list[ChatMessage] = []
         self.prompt_len = 0
         self.policy_turns: list[str] = []
         self.code_pass: list[int] = []
@@ -155,7 +151,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
         self.timings: dict[str, float] = {}
         self._closed = False
         self.unfinished_reason: str | None = None  # close(unfinished=…): why it ended early
-        self.judge_session = None
+        self.judge_session: JudgeSession | None = None
 
     def _load_row(self) -> None:
         """Everything that depends on the dataset row (``extras``): the reward plan, the judge it
@@ -195,24 +191,24 @@ class DeepAnalyzeEnv(BaseTextEnv):
             self.config.workspace_root, self.extras.get("data"), self.extras.get("workspace_id")
         )
         if self.extras.get("prefix") is not None:
-            if self.config.action_format == "tools":
-                raise ConfigError("a row with a prefix (a recovery task) needs action_format: tags")
-            self.prefix = parse_prefix(self.extras["prefix"], self.profile.has_answer)
-        if RECOVERY_COMPONENT in (plan.weights or {}) and not self.prefix:
+            self.prefix = self.format.parse_prefix(self.extras["prefix"], self.profile)
+        if plan.needs_prefix and not self.prefix:
             raise ConfigError(
-                f"reward component {RECOVERY_COMPONENT!r} needs a row with a prefix "
+                f"reward component {', '.join(map(repr, plan.needs_prefix))} needs a row with a prefix "
                 "(a recovery task written by deepanalyze-rl recover); this row has none"
             )
 
     # ------------------------------------------------------------------ lifecycle
 
-    def init(self, prompt: Any) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    def init(self, prompt: str | Sequence[ChatMessage]) -> tuple[list[ChatMessage], dict[str, object]]:
         """Start the episode: returns the prompt messages (with the protocol system prompt when
         configured, then the row's ``prefix`` turns). A workspace or kernel that cannot be set up,
         or a prefix whose replay differs from its record, ends the episode at its first step as
         ``environment_error`` instead of raising."""
-        messages = (
-            [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+        messages: list[ChatMessage] = (
+            [{"role": "user", "content": prompt}]
+            if isinstance(prompt, str)
+            else [cast(ChatMessage, dict(m)) for m in prompt]
         )
         if self.system_prompt:
             if messages and messages[0].get("role") == "system":
@@ -247,11 +243,8 @@ class DeepAnalyzeEnv(BaseTextEnv):
         it is shown."""
         start = time.monotonic()
         try:
-            self.prefix_error = first_mismatch(
-                self.prefix,
-                lambda action: execute_action(
-                    self.kernel, self.profile, action, self.source_workspace is not None
-                )[0],
+            self.prefix_error = replay_turns(
+                self.kernel, self.profile, self.format, self.prefix, self.source_workspace is not None
             )
         except KernelError as exc:
             self.prefix_error = f"prefix replay failed: {exc}"
@@ -261,113 +254,40 @@ class DeepAnalyzeEnv(BaseTextEnv):
         self.timings["replay_ms"] = (time.monotonic() - start) * 1000.0
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
-        """One policy turn (docs/design.md section 6). Never raises for anything the policy wrote."""
+        """One policy turn (docs/design.md section 6), read by the action format. Never raises
+        for anything the policy wrote."""
         if self.final_metadata is not None:
-            return BaseTextEnvStepOutput(
-                observations=[],
-                reward=self.final_reward,
-                done=True,
-                metadata=dict(self.final_metadata.copy()),
-                postprocessed_action="",
-            )
+            return self._final_step()
         self.turns += 1
         text = action if isinstance(action, str) else str(action)
-        if self.tools_mode:
-            cut = tool_calls.truncate(text)
-            out = self.act(tool_calls.parse_turn(cut), cut, counted=True)
-        else:
-            cut = self.profile.truncate(text)
-            self.policy_turns.append(cut)
-            self.messages.append({"role": "assistant", "content": cut})
-            out = self._advance(cut)
-        if keeps_sampled_tokens(text, cut):
+        read = self.format.read(text, self.profile)
+        out = self._play(read)
+        if keeps_sampled_tokens(text, read.text):
             out["postprocessed_action"] = None
         return out
 
-    def act(self, turn: ParsedTurn, raw: str | None = None, counted: bool = False) -> BaseTextEnvStepOutput:
-        """One policy turn of the tools format, its call already parsed (a trainer that parses
-        calls itself, such as TRL's ``environment_factory``, calls this; ``step`` parses text and
-        calls it too). ``raw`` is the turn's text as the policy wrote it (default: the free text
-        and the call rendered as hermes text). Never raises for anything the policy wrote."""
-        if not self.tools_mode:
-            raise ConfigError("act() is the tools action format's step; this env has action_format: tags")
+    def act(self, turn: ParsedTurn, raw: str | None = None) -> BaseTextEnvStepOutput:
+        """One policy turn whose call is already parsed, for a format that acts through calls (a
+        trainer that parses calls itself, such as TRL's ``environment_factory``, calls this).
+        ``raw`` is the turn's text as the policy wrote it (default: the free text and the call
+        rendered as hermes text). Never raises for anything the policy wrote."""
+        read = self.format.from_call(turn, raw)  # a ConfigError for a format without calls
         if self.final_metadata is not None:
-            return self.step("")
-        if not counted:
-            self.turns += 1
-        if raw is None:
-            raw = turn.text + (tool_calls.render_call(turn.call) if turn.call is not None else "")
-        self.policy_turns.append(raw)
-        self.messages.append(tool_calls.assistant_message(turn, raw))
-        try:
-            if self._infra_error:
-                return self._finish("error", raw, infra_error=self._infra_error)
-            if turn.error is not None:
-                self.tool_errors.append(f"turn {self.turns}: {turn.error}: {turn.detail}")
-            if turn.call is None and turn.error is None:
-                return self._finish("eos", raw)  # a message without a call hands the turn back: the end
-            if turn.call is not None and turn.call.name == tool_calls.SUBMIT_ANSWER:
-                self.submitted = turn.call.argument
-                return self._finish("answer", raw)
-            if self.turns >= self.max_turns:
-                return self._finish("max_turns", raw)
-            return self._tool_turn(turn, raw)
-        except KernelError as exc:
-            return self._finish("error", raw, infra_error=str(exc))
-        except Exception as exc:  # a bug of ours must not take the trainer down
-            log.exception("internal error in act()")
-            return self._finish("error", raw, infra_error=f"internal error: {type(exc).__name__}: {exc}")
-
-    def _tool_turn(self, turn: ParsedTurn, raw: str) -> BaseTextEnvStepOutput:
-        """A ``run_python`` call runs as a cell; an invalid call runs nothing and its result says
-        why (it counts as a turn without code: ``no_code``, code_pass 0)."""
-        if turn.call is None:
-            output: str = tool_calls.error_output(turn)
-            exec_meta: ExecInfo = {"status": "no_code", "elapsed_ms": 0.0, "truncated": False}
-        else:
-            output, exec_meta = run_cell(
-                self.kernel, self.profile, turn.call.argument, self.source_workspace is not None
-            )
-        observation = tool_calls.result_message(tool_calls.RUN_PYTHON, output)
-        return self._cell_turn(output, exec_meta, observation, raw)
-
-    def _advance(self, cut: str) -> BaseTextEnvStepOutput:
-        try:
-            if self._infra_error:
-                return self._finish("error", cut, infra_error=self._infra_error)
-            if self.profile.has_answer(cut):
-                return self._finish("answer", cut)
-            if self.turns >= self.max_turns:
-                return self._finish("max_turns", cut)
-            return self._code_turn(cut)
-        except KernelError as exc:
-            return self._finish("error", cut, infra_error=str(exc))
-        except Exception as exc:  # a bug of ours must not take the trainer down
-            log.exception("internal error in step()")
-            return self._finish("error", cut, infra_error=f"internal error: {type(exc).__name__}: {exc}")
+            return self._final_step()
+        self.turns += 1
+        return self._play(read)
 
     def end_with_eos(self, action: str) -> BaseTextEnvStepOutput:
-        """The policy ended its message with EOS and no stop tag: record the turn and end the episode
-        (``termination: "eos"``; ``answer``/``error`` when those apply). EOS hands the turn back;
-        treating it as a code turn would put an observation after an end-of-message token.
+        """The policy ended its message with EOS and no stop string: record the turn and end the
+        episode by the format's rule (``termination: "eos"``; ``answer``/``error`` when those
+        apply). EOS hands the turn back; treating it as a code turn would put an observation
+        after an end-of-message token.
         """
         if self.final_metadata is not None:
-            return self.step("")
+            return self._final_step()
         self.turns += 1
         text = action if isinstance(action, str) else str(action)
-        if self.tools_mode:  # no closing </tool_call> came: whatever call it began does not count
-            turn = tool_calls.parse_turn(text)
-            if turn.error is not None:
-                self.tool_errors.append(f"turn {self.turns}: {turn.error}: {turn.detail}")
-            self.policy_turns.append(text)
-            self.messages.append(tool_calls.assistant_message(turn, text))
-            return self._finish("error" if self._infra_error else "eos", text, infra_error=self._infra_error)
-        cut = self.profile.truncate(text)
-        self.policy_turns.append(cut)
-        self.messages.append({"role": "assistant", "content": cut})
-        if self._infra_error:
-            return self._finish("error", cut, infra_error=self._infra_error)
-        return self._finish("answer" if self.profile.has_answer(cut) else "eos", cut)
+        return self._play(self.format.read_at_eos(text, self.profile))
 
     def end_for_length(self) -> BaseTextEnvStepOutput:
         """End the episode because a trainer's token budget ran out (``termination: "length"``).
@@ -376,19 +296,54 @@ class DeepAnalyzeEnv(BaseTextEnv):
         trainer can either mask it (the default) or train on the failed gate.
         """
         if self.final_metadata is not None:
-            return self.step("")
+            return self._final_step()
         return self._finish("length", "")
 
-    def _code_turn(self, cut: str) -> BaseTextEnvStepOutput:
-        output, exec_meta = execute_action(self.kernel, self.profile, cut, self.source_workspace is not None)
-        observation = {"role": self.config.observation_role, "content": protocol.render_observation(output)}
-        return self._cell_turn(output, exec_meta, observation, cut)
+    def _final_step(self) -> BaseTextEnvStepOutput:
+        """A step after the end repeats the final result."""
+        return BaseTextEnvStepOutput(
+            observations=[],
+            reward=self.final_reward,
+            done=True,
+            metadata=dict(cast(FinalMetadata, self.final_metadata).copy()),
+            postprocessed_action="",
+        )
 
-    def _cell_turn(
-        self, output: str, exec_meta: ExecInfo, observation: dict[str, Any], action: str
-    ) -> BaseTextEnvStepOutput:
-        """A turn that goes on, in either action format: the cell's pass by the profile's rule,
-        its exec entry and the observation recorded; the step output handed back."""
+    def _play(self, action: Action) -> BaseTextEnvStepOutput:
+        """Record a policy turn, then end the episode or run its cell, whatever the format."""
+        self.policy_turns.append(action.text)
+        self.messages.append(action.message)
+        return self._guarded(action.text, lambda: self._advance(action))
+
+    def _guarded(self, cut: str, turn: Callable[[], BaseTextEnvStepOutput]) -> BaseTextEnvStepOutput:
+        """``turn()``, with a fault ending the episode as ``environment_error`` instead of raising:
+        a lost kernel is infrastructure, and a bug of ours must not take the trainer down."""
+        try:
+            return turn()
+        except KernelError as exc:
+            return self._finish("error", cut, infra_error=str(exc))
+        except Exception as exc:
+            log.exception("internal error in a policy turn")
+            return self._finish("error", cut, infra_error=f"internal error: {type(exc).__name__}: {exc}")
+
+    def _advance(self, action: Action) -> BaseTextEnvStepOutput:
+        if self._infra_error:
+            return self._finish("error", action.text, infra_error=self._infra_error)
+        if action.error is not None:
+            self.action_errors.append(f"turn {self.turns}: {action.error}")
+        if action.submitted is not None:
+            self.submitted = action.submitted
+        if action.end is not None:
+            return self._finish(action.end, action.text)
+        if self.turns >= self.max_turns:
+            return self._finish("max_turns", action.text)
+        return self._cell_turn(action)
+
+    def _cell_turn(self, action: Action) -> BaseTextEnvStepOutput:
+        """A turn that goes on: its cell run (or, with no code, the format's reason), its pass by
+        the profile's rule, its exec entry and the observation recorded; the step output handed back."""
+        output, exec_meta = run_action(self.kernel, self.profile, action, self.source_workspace is not None)
+        observation = self.format.observation(output, self.config)
         passed = self.profile.code_pass(exec_meta["status"], output)
         self.code_pass.append(passed)
         self.exec_log.append(exec_meta)
@@ -399,7 +354,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
             reward=0.0,
             done=False,
             metadata=dict(turn),
-            postprocessed_action=action,
+            postprocessed_action=action.text,
         )
 
     def _context(self) -> RewardContext:
@@ -417,10 +372,10 @@ class DeepAnalyzeEnv(BaseTextEnv):
             prefix_turns=len(self.prefix),
             action_format=self.config.action_format,
             submitted=self.submitted,
-            tool_errors=self.tool_errors,
+            tool_errors=self.action_errors,
         )
 
-    def _judge_session(self):
+    def _judge_session(self) -> JudgeSession | None:
         if self.judge_client is None:
             return None
         if self.judge_session is None:
@@ -468,14 +423,14 @@ class DeepAnalyzeEnv(BaseTextEnv):
             postprocessed_action=cut,
         )
 
-    def get_metrics(self) -> dict[str, Any]:
+    def get_metrics(self) -> dict[str, float]:
         """Numbers only, one dict per episode; skyrl_gym averages each key over the episodes that
         have it, so statuses, terminations and exec outcomes are given for every finished episode
         (0 or 1, or a per-turn fraction) and their means read as rates. ``finished`` 0 means the
         trainer stopped the episode (token budget) before the env said done; SkyRL adapters key on it.
         ``suspect`` is 1 for a finished episode the reward-hacking watch flags (its mean is the rate).
         """
-        metrics: dict[str, Any] = {"turns": self.turns, "finished": float(self.final_metadata is not None)}
+        metrics: dict[str, float] = {"turns": self.turns, "finished": float(self.final_metadata is not None)}
         if self.code_pass:
             metrics["code_pass_rate"] = sum(self.code_pass) / len(self.code_pass)
         if self.exec_log:

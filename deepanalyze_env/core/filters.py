@@ -12,8 +12,8 @@ from __future__ import annotations
 import ast
 import operator
 from collections.abc import Callable
-from typing import Any
 
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.core.records import RECORD_FIELDS
 
 # Names a filter can use besides the record's own fields.
@@ -21,7 +21,7 @@ DERIVED = {
     "method": lambda r: (r.get("reward_spec") or {}).get("method"),
     "code_pass_rate": lambda r: (sum(r["code_pass"]) / len(r["code_pass"])) if r.get("code_pass") else None,
 }
-FUNCTIONS: dict[str, Callable[..., Any]] = {
+FUNCTIONS: dict[str, Callable[..., object]] = {
     "len": len,
     "min": min,
     "max": max,
@@ -67,7 +67,7 @@ class RecordFilter:
         self._check(tree.body)
         self._tree = tree.body
 
-    def __call__(self, record: dict[str, Any]) -> bool:
+    def __call__(self, record: JsonObject) -> bool:
         try:
             return bool(self._eval(self._tree, record))
         except (TypeError, KeyError, IndexError, ZeroDivisionError):
@@ -107,7 +107,9 @@ class RecordFilter:
 
     # ------------------------------------------------------------------ evaluation
 
-    def _eval(self, node: ast.AST, record: dict[str, Any]) -> Any:
+    def _eval(self, node: ast.AST, record: JsonObject) -> object:
+        """The value of a checked expression over one record: a JSON value, a number computed
+        from them, or (a called name) one of :data:`FUNCTIONS`."""
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.Name):

@@ -30,11 +30,15 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict, get_args
+from typing import TYPE_CHECKING, Literal, TypedDict, get_args
 
 from deepanalyze_env.core import protocol, tool_calls
+from deepanalyze_env.core.contracts import JsonObject, JsonValue
 from deepanalyze_env.core.records import own_turn_indices
 from rewards import accuracy_component
+
+if TYPE_CHECKING:
+    from deepanalyze_env.core.env import DeepAnalyzeEnv
 
 SuspectReason = Literal["long_answer", "many_numbers", "no_working_cell", "forged_output"]
 SUSPECT_REASONS: tuple[str, ...] = get_args(SuspectReason)
@@ -57,35 +61,29 @@ class Watched:
     reward: float | None
     reward_status: str
     components: Mapping[str, float]
-    ground_truth: Any
+    ground_truth: JsonValue
     exec_statuses: tuple[str, ...]
     code_pass: tuple[int, ...]
     own_text: tuple[str, ...]  # each own turn's words: a tags turn whole, a tools turn's free text
 
     @classmethod
-    def of_env(cls, env: Any) -> Watched:
-        """A ``DeepAnalyzeEnv`` after its final step (its ``policy_turns`` are its own turns)."""
-        meta = env.final_metadata or {}
-        tools = env.config.action_format == "tools"
-        if tools:
-            answer = protocol.answer_value(env.submitted)
-            own = tuple(tool_calls.parse_turn(turn).text.strip() for turn in env.policy_turns)
-        else:
-            answer = protocol.extract_answer(env.policy_turns)
-            own = tuple(env.policy_turns)
+    def of_env(cls, env: DeepAnalyzeEnv) -> Watched:
+        """A ``DeepAnalyzeEnv`` after its final step (its ``policy_turns`` are its own turns,
+        read by its action format)."""
+        meta = env.final_metadata
         return cls(
-            answer=answer,
+            answer=env.format.answer(env.policy_turns, env.submitted),
             reward=env.final_reward,
-            reward_status=str(meta.get("reward_status", "unfinished")),
-            components=dict(meta.get("reward_components") or {}),
-            ground_truth=(env.reward_spec or {}).get("ground_truth"),
-            exec_statuses=tuple(str(e.get("status")) for e in env.exec_log),
-            code_pass=tuple(int(p) for p in env.code_pass),
-            own_text=own,
+            reward_status=meta["reward_status"] if meta is not None else "unfinished",
+            components=dict(meta["reward_components"]) if meta is not None else {},
+            ground_truth=env.reward_spec.get("ground_truth"),
+            exec_statuses=tuple(e["status"] for e in env.exec_log),
+            code_pass=tuple(env.code_pass),
+            own_text=tuple(env.format.own_text(turn) for turn in env.policy_turns),
         )
 
     @classmethod
-    def of_record(cls, record: Mapping[str, Any]) -> Watched:
+    def of_record(cls, record: JsonObject) -> Watched:
         """An episode record (docs/design.md §9); a record of either action format (a tools
         record keeps each turn's free text as ``content`` and its call as ``tool_calls``)."""
         messages = record.get("messages") or []
@@ -114,14 +112,14 @@ class Watched:
         )
 
 
-def printed_truth(ground_truth: Any) -> str:
+def printed_truth(ground_truth: JsonValue) -> str:
     """The ground truth as an answer would write it: text as is, ``@name[value]`` parts for a
     list of pairs or a mapping (``answer_parts``), JSON for anything else."""
     if ground_truth is None:
         return ""
     if isinstance(ground_truth, str | int | float) and not isinstance(ground_truth, bool):
         return str(ground_truth)
-    pairs: Iterable[Any] = ground_truth.items() if isinstance(ground_truth, Mapping) else ground_truth
+    pairs: Iterable[object] = ground_truth.items() if isinstance(ground_truth, Mapping) else ground_truth
     try:
         return " ".join(f"@{name}[{value}]" for name, value in pairs)
     except (TypeError, ValueError):
@@ -191,7 +189,7 @@ def summarize(flagged: Sequence[tuple[str, Sequence[str]]]) -> SuspectSummary:
     }
 
 
-def flag_envs(envs: Iterable[Any]) -> list[tuple[str, list[str]]]:
+def flag_envs(envs: Iterable[DeepAnalyzeEnv]) -> list[tuple[str, list[str]]]:
     """(episode id, reasons) of the suspects among finished ``DeepAnalyzeEnv`` episodes."""
     out = []
     for env in envs:

@@ -16,10 +16,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from deepanalyze_env.core import protocol
-from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.errors import ConfigError
 
 OBSERVATION_HEAD = "\n<Execute>\n"
 SHOWN_CHARS = 120  # of each output in a mismatch message
@@ -33,7 +32,7 @@ class PrefixTurn:
     observation: dict[str, str]  # {"role": …, "content": "\n<Execute>\n…\n</Execute>\n"}
 
 
-def parse_prefix(value: Any, has_answer: Callable[[str], bool]) -> list[PrefixTurn]:
+def parse_prefix(value: object, has_answer: Callable[[str], bool]) -> list[PrefixTurn]:
     """The row's ``prefix`` as turns; raises ``ConfigError`` naming what is wrong.
 
     A prefix is a non-empty list of ``{role, content}`` messages that alternate an ``assistant``

@@ -217,5 +217,12 @@ def missing_gate_tags(policy_turns: Sequence[str] | str) -> list[str]:
     return [tag for tag in GATE_TAGS if tag not in prose]
 
 
+NO_CODE_MESSAGE = (
+    "[Error]:\nNo code was found in this turn. Put Python code in a fenced block inside "
+    "<Code>...</Code>, or give the final answer inside <Answer>...</Answer>."
+)
+"""The observation of a turn without a ``<Code>`` block (it counts as a ``no_code`` turn)."""
+
+
 def render_observation(output: str) -> str:
     return f"\n<Execute>\n{output}\n</Execute>\n"

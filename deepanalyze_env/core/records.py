@@ -22,9 +22,12 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from deepanalyze_env.core.contracts import RECORD_FIELDS, EpisodeRecord, EpisodeResult
+from deepanalyze_env.core.contracts import RECORD_FIELDS, EpisodeRecord, EpisodeResult, JsonObject
+
+if TYPE_CHECKING:
+    from rewards.judge import JudgeClient
 
 __all__ = ["RECORD_FIELDS", "RecordWriter", "build_record", "load_run", "own_turn_indices", "read_records"]
 
@@ -36,7 +39,7 @@ EPISODES_FILE = "episodes.jsonl"
 RESCORED_GLOB = "rescored-*.jsonl"
 
 
-def own_turn_indices(record: dict[str, Any]) -> list[int]:
+def own_turn_indices(record: EpisodeRecord | JsonObject) -> list[int]:
     """Indices in ``messages`` of the policy's own turns: the last ``turns`` assistant messages.
 
     Each ``step`` appends exactly one assistant message, so assistant messages before those are
@@ -59,7 +62,7 @@ def package_version() -> str:
         return "0+unknown"
 
 
-def task_hash(extras: dict[str, Any]) -> str:
+def task_hash(extras: JsonObject) -> str:
     blob = json.dumps({k: extras.get(k) for k in TASK_FIELDS}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -69,7 +72,9 @@ def episode_id(run_id: str, task_index: int, sample_index: int) -> str:
     return f"{run_id}-t{task_index:05d}-s{sample_index:03d}"
 
 
-def judge_versions(client: Any, function_names: Iterable[str]) -> tuple[str | None, dict[str, str]]:
+def judge_versions(
+    client: JudgeClient | None, function_names: Iterable[str]
+) -> tuple[str | None, dict[str, str]]:
     """The judge model and the sha256 of every rubric prompt the plan uses (even if never called)."""
     if client is None:
         return None, {}
@@ -88,7 +93,7 @@ def judge_versions(client: Any, function_names: Iterable[str]) -> tuple[str | No
 
 def build_record(result: EpisodeResult) -> EpisodeRecord:
     """The record of a closed episode (``EpisodeRecord``; fields in ``RECORD_FIELDS`` order)."""
-    meta: dict[str, Any] = dict(result.metadata or {})
+    meta = result.metadata
     extras = result.extras
     return {
         "episode_id": extras.get("episode_id") or uuid.uuid4().hex,
@@ -100,24 +105,24 @@ def build_record(result: EpisodeResult) -> EpisodeRecord:
         "workspace_id": extras.get("workspace_id"),
         "messages": result.messages,
         "reward": result.reward,
-        "reward_components": meta.get("reward_components", {}),
-        "reward_status": meta.get("reward_status", "unfinished"),
-        "format_ok": meta.get("format_ok"),
-        "gate": meta.get("gate"),
-        "termination": meta.get("termination"),
+        "reward_components": meta["reward_components"] if meta else {},
+        "reward_status": meta["reward_status"] if meta else "unfinished",
+        "format_ok": meta["format_ok"] if meta else None,
+        "gate": meta["gate"] if meta else None,
+        "termination": meta["termination"] if meta else None,
         "code_pass": list(result.code_pass),
         "turns": result.turns,
         "exec": list(result.exec),
-        "judge": meta.get("judge"),
+        "judge": meta.get("judge") if meta else None,
         "usage": extras.get("usage"),
         "agent": extras.get("agent"),
         "versions": result.versions,
         "timings": dict(result.timings),
-        "error": meta.get("error") or result.unfinished,
+        "error": (meta.get("error") if meta else None) or result.unfinished,
     }
 
 
-def encode_line(record: dict[str, Any]) -> bytes:
+def encode_line(record: EpisodeRecord | JsonObject) -> bytes:
     return (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8", "surrogatepass")
 
 
@@ -142,7 +147,7 @@ class RecordWriter:
                 cls._writers[key] = cls(Path(key[0]))
             return cls._writers[key]
 
-    def append(self, record: EpisodeRecord | dict[str, Any]) -> None:
+    def append(self, record: EpisodeRecord | JsonObject) -> None:
         line = encode_line(record)
         with self._write_lock:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -154,7 +159,7 @@ class RecordWriter:
                 os.close(fd)
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
+def read_records(path: str | Path) -> list[JsonObject]:
     """Read a records file, skipping (and logging) a torn last line."""
     records = []
     with open(path, "rb") as fh:
@@ -202,7 +207,7 @@ def repair_torn_tail(path: str | Path) -> int:
     return extra
 
 
-def write_jsonl_atomic(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
+def write_jsonl_atomic(path: str | Path, records: Iterable[EpisodeRecord | JsonObject]) -> int:
     """Write ``records`` to ``path`` via a temporary file and rename: readers never see half a file."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -226,7 +231,7 @@ def write_jsonl_atomic(path: str | Path, records: Iterable[dict[str, Any]]) -> i
 class RunRecords:
     """The records of a run, de-duplicated by ``episode_id`` with re-scores laid on top."""
 
-    records: list[dict[str, Any]]
+    records: list[JsonObject]  # as read back: raw JSON (older runs may lack newer fields)
     sources: list[Path] = field(default_factory=list)
     rescored: int = 0  # records replaced by a rescored-*.jsonl version
     duplicates: int = 0  # repeated ids dropped (the last copy wins)
@@ -241,8 +246,8 @@ def raw_record_files(run: Path) -> list[Path]:
     return []
 
 
-def _dedup(records: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    by_id: dict[str, dict[str, Any]] = {}
+def _dedup(records: Iterable[JsonObject]) -> tuple[list[JsonObject], int]:
+    by_id: dict[str, JsonObject] = {}
     duplicates = 0
     for record in records:
         key = str(record.get("episode_id"))
@@ -268,7 +273,7 @@ def load_run(path: str | Path, *, rescored: bool = True) -> RunRecords:
         )
     else:
         raise FileNotFoundError(f"no such file or folder: {path}")
-    loaded: list[dict[str, Any]] = []
+    loaded: list[JsonObject] = []
     for source in sources:
         loaded.extend(read_records(source))
     records, duplicates = _dedup(loaded)

@@ -20,10 +20,10 @@ import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from deepanalyze_env import ENV_ID
 from deepanalyze_env.core.config import ConfigError, EnvConfig
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.core.tasks import env_extras
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ def is_local_data(source: str) -> bool:
     return Path(source).suffix.lower() in (".parquet", ".jsonl", ".json")
 
 
-def read_rows(source: str | Path) -> list[dict[str, Any]]:
+def read_rows(source: str | Path) -> list[JsonObject]:
     path = Path(source)
     if not path.is_file():
         raise ConfigError("no such file")
@@ -97,7 +97,7 @@ def read_rows(source: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def row_problem(row: dict[str, Any], config: EnvConfig) -> str | None:
+def row_problem(row: JsonObject, config: EnvConfig) -> str | None:
     """What is wrong with one row for this env config, or None."""
     from deepanalyze_env.core.env import DeepAnalyzeEnv
 
@@ -120,9 +120,7 @@ def row_problem(row: dict[str, Any], config: EnvConfig) -> str | None:
     return None
 
 
-def check_rows(
-    rows: Iterable[tuple[str, int, dict[str, Any]]], config: EnvConfig
-) -> tuple[list[BadRow], int]:
+def check_rows(rows: Iterable[tuple[str, int, JsonObject]], config: EnvConfig) -> tuple[list[BadRow], int]:
     """``(source, index, row)`` triples → the bad ones and how many were checked."""
     strict = dataclasses.replace(config, row_errors="raise")
     bad, checked = [], 0
@@ -134,7 +132,7 @@ def check_rows(
     return bad, checked
 
 
-def _file_rows(sources: Iterable[str], bad: list[BadRow]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+def _file_rows(sources: Iterable[str], bad: list[BadRow]) -> Iterator[tuple[str, int, JsonObject]]:
     for source in sources:
         try:
             rows = read_rows(source)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 from deepanalyze_env import ENV_ID
 from deepanalyze_env.core.cells import resolve_workspace
 from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.contracts import JsonObject, JsonValue
 
 TASK_KEYS = ("id", "method", "instruction", "reward_spec")
 DATA_SOURCE = "deepanalyze"  # SkyRL's data_source column for rendered tasks
@@ -36,11 +36,11 @@ def render_user_message(instruction: str, workspace: Path | None) -> str:
     return f"# Instruction\n{instruction}\n\n# Data\n" + "\n".join(lines)
 
 
-def is_dataset_row(obj: dict[str, Any]) -> bool:
+def is_dataset_row(obj: JsonObject) -> bool:
     return "prompt" in obj and "reward_spec" in obj
 
 
-def missing_source_message(task: dict[str, Any], workspace_root: str | None) -> str:
+def missing_source_message(task: JsonObject, workspace_root: str | None) -> str:
     """A task built from a packaged table (the bank) whose workspace is absent: say what to install
     (when the table's package is missing) or what to build."""
     import importlib.util
@@ -59,7 +59,7 @@ def missing_source_message(task: dict[str, Any], workspace_root: str | None) -> 
     )
 
 
-def task_to_row(task: dict[str, Any], workspace_root: str | None) -> dict[str, Any]:
+def task_to_row(task: JsonObject, workspace_root: str | None) -> JsonObject:
     missing = [k for k in TASK_KEYS if k not in task]
     if missing:
         raise ConfigError(f"task {task.get('id', '?')!r} is missing {', '.join(missing)}")
@@ -80,7 +80,7 @@ def task_to_row(task: dict[str, Any], workspace_root: str | None) -> dict[str, A
     }
 
 
-def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+def read_jsonl(path: str | Path) -> Iterator[JsonObject]:
     """One JSON object per non-blank line; a bad line is a ``ConfigError`` naming file and line."""
     if not Path(path).is_file():
         raise ConfigError(f"no such file: {path}")
@@ -97,7 +97,7 @@ def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
             yield obj
 
 
-def read_task_file(path: str | Path) -> list[dict[str, Any]]:
+def read_task_file(path: str | Path) -> list[JsonObject]:
     """Task objects or dataset rows from JSONL, a JSON list or Parquet (DeepAnalyze's RL files)."""
     path = Path(path)
     if not path.is_file():
@@ -120,7 +120,7 @@ def read_task_file(path: str | Path) -> list[dict[str, Any]]:
     return list(read_jsonl(path))
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> JsonValue:
     """numpy arrays (how pandas returns list columns) back to lists, so rows stay JSON-shaped."""
     if hasattr(value, "tolist"):
         value = value.tolist()
@@ -133,7 +133,7 @@ def _plain(value: Any) -> Any:
 
 def load_rows(
     paths: Iterable[str | Path], workspace_root: str | None, data_source: str = DATA_SOURCE
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """The one loader of training/evaluation rows, used by both trainers and every command.
 
     Task objects become rows (:func:`task_to_row`) with SkyRL's ``data_source`` and
@@ -163,7 +163,7 @@ def load_rows(
     return rows
 
 
-def load_task_files(paths: Iterable[str | Path], workspace_root: str | None) -> list[dict[str, Any]]:
+def load_task_files(paths: Iterable[str | Path], workspace_root: str | None) -> list[JsonObject]:
     """Rows for commands that run episodes (``rollout``, ``eval``): every file must exist and
     together they must hold at least one task."""
     paths = list(paths)
@@ -176,7 +176,7 @@ def load_task_files(paths: Iterable[str | Path], workspace_root: str | None) -> 
     return with_task_ids(rows)
 
 
-def with_task_ids(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_task_ids(rows: list[JsonObject]) -> list[JsonObject]:
     """Give every row a ``task_id`` (its ``extra_info`` one, else ``task-<position>``), in place, so
     that jobs, records and reports agree on it; DeepAnalyze's own rows may have none."""
     for index, row in enumerate(rows):
@@ -186,7 +186,7 @@ def with_task_ids(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def write_parquet(rows: list[dict[str, Any]], out: Path) -> str:
+def write_parquet(rows: list[JsonObject], out: Path) -> str:
     """Parquet needs one type per field; ground truths mix text and numbers across tasks, so
     ``reward_spec`` falls back to a JSON string column (the env decodes it) when needed."""
     import pandas as pd
@@ -202,6 +202,6 @@ def write_parquet(rows: list[dict[str, Any]], out: Path) -> str:
         return "json-string reward_spec"
 
 
-def env_extras(row: dict[str, Any]) -> dict[str, Any]:
+def env_extras(row: JsonObject) -> JsonObject:
     """Everything but ``prompt``/``env_class`` reaches the env, as SkyRL's dataset does it."""
     return {k: v for k, v in row.items() if k not in ("prompt", "env_class")}

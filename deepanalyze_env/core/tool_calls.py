@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Literal
+
+from deepanalyze_env.core.contracts import ChatMessage, ChatToolCall, EpisodeRecord, JsonObject, JsonValue
 
 RUN_PYTHON = "run_python"
 SUBMIT_ANSWER = "submit_answer"
@@ -49,7 +51,6 @@ ToolError = Literal["unparsable", "unknown_tool", "bad_arguments"]
 """Why a call is not a valid action: its text is not a JSON object with ``name`` and
 ``arguments``; it names a tool outside :data:`TOOL_NAMES`; its arguments are not exactly the
 tool's one argument as text (a number is accepted as an answer and read as its JSON text)."""
-TOOL_ERRORS: tuple[str, ...] = get_args(ToolError)
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,9 @@ def truncate(action: str) -> str:
     return action if pos < 0 else action[: pos + len(CALL_CLOSE)]
 
 
-def check_call(name: Any, arguments: Any) -> ToolCall | tuple[ToolError, str]:
-    """A :class:`ToolCall` when ``name`` and ``arguments`` make a valid call, else the named
-    reason and what was wrong."""
+def check_call(name: JsonValue, arguments: JsonValue) -> ToolCall | tuple[ToolError, str]:
+    """A :class:`ToolCall` when ``name`` and ``arguments`` (as a call's JSON carries them) make a
+    valid call, else the named reason and what was wrong."""
     if not isinstance(name, str) or name not in TOOL_ARGUMENTS:
         return "unknown_tool", f"unknown tool {name!r} (the tools are {', '.join(TOOL_NAMES)})"
     if isinstance(arguments, str):  # some templates carry the arguments as JSON text
@@ -132,16 +133,19 @@ def render_call(call: ToolCall) -> str:
     return f"{CALL_OPEN}\n{payload}\n{CALL_CLOSE}"
 
 
-def assistant_message(turn: ParsedTurn, raw: str) -> dict[str, Any]:
+def assistant_message(turn: ParsedTurn, raw: str) -> ChatMessage:
     """The record's view of a policy turn: the free text and, for a valid call, the structured
     ``tool_calls`` chat templates render; an invalid or missing call keeps the raw text."""
     if turn.call is None:
         return {"role": "assistant", "content": raw}
-    call = {"type": "function", "function": {"name": turn.call.name, "arguments": turn.call.arguments()}}
+    call: ChatToolCall = {
+        "type": "function",
+        "function": {"name": turn.call.name, "arguments": turn.call.arguments()},
+    }
     return {"role": "assistant", "content": turn.text.strip(), "tool_calls": [call]}
 
 
-def result_message(name: str, output: str) -> dict[str, Any]:
+def result_message(name: str, output: str) -> ChatMessage:
     """The tool result the policy sees next (role ``tool``)."""
     return {"role": "tool", "name": name, "content": output}
 
@@ -151,7 +155,7 @@ def error_output(turn: ParsedTurn) -> str:
     return f"[Error]: invalid tool call ({turn.error}): {turn.detail}"
 
 
-def tool_schemas() -> list[dict[str, Any]]:
+def tool_schemas() -> list[JsonObject]:
     """The two tools as JSON schemas (the ``tools=`` of a chat template)."""
     return [
         {
@@ -193,7 +197,7 @@ def from_tags(turn: str) -> str:
     return (text + "\n" if text else "") + render_call(call)
 
 
-def assistant_text(message: dict[str, Any]) -> str:
+def assistant_text(message: ChatMessage) -> str:
     """The text a policy wrote for a recorded assistant message: its free text and, for a
     structured call, the call as hermes text (what :func:`parse_turn` reads back)."""
     text = str(message.get("content") or "")
@@ -205,7 +209,7 @@ def assistant_text(message: dict[str, Any]) -> str:
     return text
 
 
-def is_tools_record(record: dict[str, Any]) -> bool:
+def is_tools_record(record: EpisodeRecord | JsonObject) -> bool:
     """Whether an episode record was played in the tools format (it holds a structured call or a
     tool result)."""
     return any(m.get("tool_calls") or m.get("role") == "tool" for m in record.get("messages") or [])

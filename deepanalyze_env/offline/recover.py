@@ -232,9 +232,7 @@ def recover(
             report.no_failure += 1
         pending += [(record, cut) for cut in cuts]
     report.cuts = len(pending)
-    profile = PROFILES.get(config.profile)
-    if profile is None:
-        raise ConfigError(f"env_config.profile must be one of {', '.join(PROFILES)}, got {config.profile!r}")
+    profile = PROFILES[config.profile]  # EnvConfig.validate checked the name
     for record, cut in pending:
         row = recovery_row(record, cut, recovery_weight)
         try:
