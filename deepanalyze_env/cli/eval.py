@@ -132,9 +132,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.compare:
         return cmd_compare(args)
     from deepanalyze_env.core.tasks import load_task_files
-    from deepanalyze_env.offline.eval_report import TASKS_FILE, task_meta, write_json, write_report
-    from deepanalyze_env.offline.rundir import RunDir, RunDirError, task_fingerprint
-    from deepanalyze_env.offline.runner import NothingToRun, run_planned, scripted_labels
+    from deepanalyze_env.offline.eval_report import write_report
+    from deepanalyze_env.offline.rundir import RunDirError, RunSettings, task_fingerprint
+    from deepanalyze_env.offline.runner import NothingToRun, open_run, run_planned, scripted_labels
 
     if not args.out:
         raise UsageError("eval needs --out DIR (the eval folder)")
@@ -146,28 +146,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     rows = load_task_files(files, env_config.get("workspace_root"))
     policy = _policy(args, temperature, env_config.get("action_format", "tags"))
     labels, labels_for = scripted_labels(policy, args.labels) if args.policy == "scripted" else ([], None)
-    settings = {
-        "kind": "eval",
-        "tasks": files,
-        "task_fingerprint": task_fingerprint(rows),
-        "samples": args.samples,
-        "labels": labels or None,
-        "policy": policy.policy_id,
-        "policy_settings": {
+    settings = RunSettings(
+        kind="eval",
+        tasks=files,
+        task_fingerprint=task_fingerprint(rows),
+        samples=args.samples,
+        labels=labels or None,
+        policy=policy.policy_id,
+        policy_settings={
             "temperature": temperature,
             "max_tokens": args.max_tokens,
             "layout": args.layout,
             "chat_template_kwargs": args.chat_template_kwargs,
         },
-        "keep": None,
-    }
+    )
     try:
-        run = RunDir.open(args.out, settings, resume=args.resume)
-    except RunDirError as exc:
-        raise UsageError(str(exc))
-    env_config["records_dir"] = str(run.records_dir)
-    write_json(run.path / TASKS_FILE, task_meta(rows))
-    try:
+        run = open_run(args.out, settings, rows, env_config, resume=args.resume)
         outcome = run_planned(
             rows,
             env_config,

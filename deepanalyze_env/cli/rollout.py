@@ -139,8 +139,8 @@ def build_policy(args: argparse.Namespace, action_format: str = "tags") -> Any:
 def cmd_rollout(args: argparse.Namespace) -> int:
     from deepanalyze_env.core.filters import FilterError, RecordFilter
     from deepanalyze_env.core.tasks import load_task_files
-    from deepanalyze_env.offline.rundir import RunDir, RunDirError, task_fingerprint
-    from deepanalyze_env.offline.runner import NothingToRun, run_planned, scripted_labels
+    from deepanalyze_env.offline.rundir import RunDir, RunDirError, RunSettings, task_fingerprint
+    from deepanalyze_env.offline.runner import NothingToRun, open_run, run_planned, scripted_labels
 
     if args.samples < 1:
         raise UsageError("--samples must be >= 1")
@@ -159,25 +159,22 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     rows = load_task_files(files, env_config.get("workspace_root"))
     policy = build_policy(args, env_config.get("action_format", "tags"))
     labels, labels_for = scripted_labels(policy, args.labels) if args.policy == "scripted" else ([], None)
-    run = None
-    if args.out:
-        settings = {
-            "tasks": [str(p) for p in files],
-            "task_fingerprint": task_fingerprint(rows),
-            "samples": args.samples,
-            "labels": labels or None,
-            "policy": policy.policy_id,
-            "policy_settings": _policy_settings(args),
-            "keep": args.keep,
-        }
-        try:
-            run = RunDir.open(args.out, settings, resume=args.resume, run_id=args.run_id)
-        except RunDirError as exc:
-            raise UsageError(str(exc))
-        env_config["records_dir"] = str(run.records_dir)
-        if keep is None and run.manifest.get("keep"):
-            keep = RecordFilter(run.manifest["keep"])
+    run: RunDir | None = None
     try:
+        if args.out:
+            settings = RunSettings(
+                kind="rollout",
+                tasks=[str(p) for p in files],
+                task_fingerprint=task_fingerprint(rows),
+                samples=args.samples,
+                labels=labels or None,
+                policy=policy.policy_id,
+                policy_settings=_policy_settings(args),
+                keep=args.keep,
+            )
+            run = open_run(args.out, settings, rows, env_config, resume=args.resume, run_id=args.run_id)
+            if keep is None and run.manifest.get("keep"):
+                keep = RecordFilter(run.manifest["keep"])
         outcome = run_planned(
             rows,
             env_config,

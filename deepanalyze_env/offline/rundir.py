@@ -23,10 +23,11 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.core.records import (
     EPISODES_FILE,
     RECORDS_SUBDIR,
@@ -55,6 +56,21 @@ def task_fingerprint(rows: Sequence[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(items, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run is, as ``run.json`` records it: the tasks, how many samples of each, the policy
+    and its settings. A resumed run must share the :data:`PINNED` ones with the run it finishes."""
+
+    kind: Literal["rollout", "eval", "collect"]
+    tasks: list[str]  # the task files, as given
+    task_fingerprint: str  # of the loaded rows (:func:`task_fingerprint`): same ids, same tasks
+    samples: int
+    labels: list[str] | None  # a scripted policy's trajectory labels
+    policy: str  # the policy id
+    policy_settings: JsonObject
+    keep: str | None = None  # the record filter behind ``kept.jsonl``
+
+
 @dataclass
 class RunDir:
     """A rollout/eval run folder and its ``run.json`` manifest: the one place that knows its layout,
@@ -73,10 +89,11 @@ class RunDir:
 
     @classmethod
     def open(
-        cls, path: str | Path, settings: dict[str, Any], *, resume: bool, run_id: str | None = None
+        cls, path: str | Path, run_settings: RunSettings, *, resume: bool, run_id: str | None = None
     ) -> RunDir:
         """Start a new run in ``path`` or (``resume``) reopen the one there, checking it matches."""
         path = Path(path)
+        settings = asdict(run_settings)
         manifest_path = path / MANIFEST
         if manifest_path.is_file():
             manifest = json.loads(manifest_path.read_text())

@@ -39,7 +39,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deepanalyze_env.core.records import RecordWriter, build_record
 from deepanalyze_env.offline.rollout import EpisodeJob, EpisodeOutcome
@@ -48,6 +48,12 @@ from deepanalyze_env.serve.mcp_server import Assignment, EpisodeServer, http_app
 from deepanalyze_env.serve.proxy import RecordingProxy, Upstream
 from deepanalyze_env.serve.session import EpisodeSession, ServeError, ServeLimits
 from deepanalyze_env.serve.stopping import WAIT_STEP_S, sigterm_as_interrupt
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from deepanalyze_env.core.filters import RecordFilter
+    from deepanalyze_env.offline.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -363,27 +369,22 @@ def collect(
     spec: AgentSpec,
     rows: list[dict[str, Any]],
     env_config: dict[str, Any],
-    run: Any,
+    run: RunDir,
     *,
     samples: int = 1,
     concurrency: int = 1,
     limits: ServeLimits | None = None,
-    keep: Any = None,
-    console: Any = None,
+    keep: RecordFilter | None = None,
+    console: Console | None = None,
 ) -> CollectOutcome:
-    """Run every pending planned episode of ``run`` (a ``RunDir``) with the agent; consolidate
-    the folder and write its eval report."""
-    from deepanalyze_env.offline.eval_report import TASKS_FILE, task_meta, write_json, write_report
+    """Run every pending planned episode of ``run`` (opened by ``offline.runner.open_run``) with
+    the agent; consolidate the folder and write its eval report."""
+    from deepanalyze_env.offline.eval_report import write_report
     from deepanalyze_env.offline.report import progress_bar
-    from deepanalyze_env.offline.rollout import plan_jobs
-    from deepanalyze_env.offline.runner import progress_info
+    from deepanalyze_env.offline.runner import plan_pending, progress_info
 
     check_servable(rows, env_config)
-    jobs = plan_jobs(rows, run.run_id, samples)
-    run.write_plan(jobs)
-    write_json(run.path / TASKS_FILE, task_meta(rows))
-    pending = set(run.pending([job.episode_id for job in jobs]))
-    left = [job for job in jobs if job.episode_id in pending]
+    jobs, left = plan_pending(rows, run, run.run_id, samples)
     results: list[EpisodeOutcome] = []
     limits = limits or ServeLimits()
     if limits.max_sessions < concurrency:  # each running agent holds one episode
