@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
 
 from deepanalyze_env.cli.common import (
+    SubParsers,
     UsageError,
     add_limit_flags,
     add_shared_flags,
@@ -22,7 +22,7 @@ from deepanalyze_env.cli.common import (
 )
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "collect",

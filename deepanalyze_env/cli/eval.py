@@ -12,12 +12,13 @@ import argparse
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from deepanalyze_env.cli.common import (
     SHIPPED_DATA,
+    SubParsers,
     UsageError,
     add_shared_flags,
     console,
@@ -28,8 +29,11 @@ from deepanalyze_env.cli.common import (
     template_kwargs,
 )
 
+if TYPE_CHECKING:
+    from deepanalyze_env.offline.policies import Policy
 
-def add_parser(sub: Any) -> None:
+
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "eval",
@@ -91,7 +95,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_eval)
 
 
-def _policy(args: argparse.Namespace, temperature: float, action_format: str = "tags") -> Any:
+def _policy(args: argparse.Namespace, temperature: float, action_format: str = "tags") -> Policy:
     from deepanalyze_env.core.models import chat_template_text
     from deepanalyze_env.offline.policies import make_policy
 

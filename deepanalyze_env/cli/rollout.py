@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import os
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from deepanalyze_env.cli.common import (
     SHIPPED_DATA,
+    SubParsers,
     UsageError,
     add_shared_flags,
     console,
@@ -25,11 +26,19 @@ from deepanalyze_env.cli.common import (
     task_files,
     template_kwargs,
 )
+from deepanalyze_env.core.contracts import JsonObject
+
+if TYPE_CHECKING:
+    from deepanalyze_env.core.filters import RecordFilter
+    from deepanalyze_env.offline.policies import Policy
+    from deepanalyze_env.offline.rollout import EpisodeOutcome
+    from deepanalyze_env.offline.rundir import RunDir
+    from deepanalyze_env.offline.runner import RunOutcome
 
 TABLE_LIMIT = 40  # print one row per episode up to this many, else a per-method summary
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "rollout",
@@ -109,7 +118,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_rollout)
 
 
-def build_policy(args: argparse.Namespace, action_format: str = "tags") -> Any:
+def build_policy(args: argparse.Namespace, action_format: str = "tags") -> Policy:
     from deepanalyze_env.core.models import chat_template_text
     from deepanalyze_env.offline.policies import make_policy
 
@@ -139,7 +148,7 @@ def build_policy(args: argparse.Namespace, action_format: str = "tags") -> Any:
 def cmd_rollout(args: argparse.Namespace) -> int:
     from deepanalyze_env.core.filters import FilterError, RecordFilter
     from deepanalyze_env.core.tasks import load_task_files
-    from deepanalyze_env.offline.rundir import RunDir, RunDirError, RunSettings, task_fingerprint
+    from deepanalyze_env.offline.rundir import RunDirError, RunSettings, task_fingerprint
     from deepanalyze_env.offline.runner import NothingToRun, open_run, run_planned, scripted_labels
 
     if args.samples < 1:
@@ -193,7 +202,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return _finish(outcome, run, keep)
 
 
-def _finish(outcome: Any, run: Any, keep: Any) -> int:
+def _finish(outcome: RunOutcome, run: RunDir | None, keep: RecordFilter | None) -> int:
     """Print what the run did, consolidate its folder, and choose the exit code."""
     jobs, results, failed = outcome.jobs, outcome.results, outcome.failed
     if outcome.done_before == len(jobs):
@@ -227,7 +236,7 @@ def _finish(outcome: Any, run: Any, keep: Any) -> int:
     return 1 if failed else 0
 
 
-def _policy_settings(args: argparse.Namespace) -> dict[str, Any]:
+def _policy_settings(args: argparse.Namespace) -> JsonObject:
     return {
         "kind": args.policy,
         "model": args.policy_model,
@@ -238,7 +247,7 @@ def _policy_settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def print_results(results: list[Any]) -> None:
+def print_results(results: list[EpisodeOutcome]) -> None:
     table = Table(title="episodes", show_lines=False)
     for col in ("task", "label", "reward", "status", "gate", "end", "turns", "code_pass", "components"):
         table.add_column(col, overflow="fold")
@@ -262,12 +271,12 @@ def print_results(results: list[Any]) -> None:
     console.print("status counts: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
 
 
-def print_summary(results: list[Any]) -> None:
+def print_summary(results: list[EpisodeOutcome]) -> None:
     """Per task: episodes, mean reward over scored ones, statuses — for runs too long to list."""
     table = Table(title="episodes per task")
     for col in ("task", "episodes", "mean reward (scored)", "statuses"):
         table.add_column(col, overflow="fold")
-    by_task: dict[str, list[Any]] = {}
+    by_task: dict[str, list[EpisodeOutcome]] = {}
     for r in results:
         by_task.setdefault(r.task_id, []).append(r)
     for task, items in by_task.items():
