@@ -21,6 +21,7 @@ from typing import Any
 
 from rich.console import Console
 
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.offline.eval_report import TASKS_FILE, task_meta, write_json
 from deepanalyze_env.offline.policies import Policy
 from deepanalyze_env.offline.report import progress_bar
@@ -74,8 +75,8 @@ def progress_info(results: Sequence[EpisodeOutcome]) -> str:
 def open_run(
     out: str | Path,
     settings: RunSettings,
-    rows: Sequence[dict[str, Any]],
-    env_config: dict[str, Any],
+    rows: Sequence[JsonObject],
+    env_config: JsonObject,
     *,
     resume: bool,
     run_id: str | None = None,
@@ -91,7 +92,7 @@ def open_run(
 
 
 def plan_pending(
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[JsonObject],
     run: RunDir | None,
     run_id: str,
     samples: int,
@@ -111,8 +112,8 @@ def plan_pending(
 
 
 def run_planned(
-    rows: Sequence[dict[str, Any]],
-    env_config: dict[str, Any],
+    rows: Sequence[JsonObject],
+    env_config: JsonObject,
     policy: Policy,
     *,
     samples: int,
