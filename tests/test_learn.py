@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
@@ -10,8 +11,16 @@ import pytest
 import yaml
 
 from deepanalyze_env.cli import main
+from deepanalyze_env.cli.app import build_parser
 from deepanalyze_env.core.config import ConfigError
-from deepanalyze_env.learn.settings import Pipeline
+from deepanalyze_env.learn.commands import (
+    BankCommand,
+    EvalCommand,
+    RolloutCommand,
+    StageCommand,
+    TrainCommand,
+)
+from deepanalyze_env.learn.settings import BankSlice, Pipeline
 from deepanalyze_env.learn.tasks import bank_folder, sample_tasks
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,10 +47,10 @@ def test_task_sample_is_seeded_and_capped_by_what_exists():
 
 def test_a_bank_slice_gets_its_own_cache_folder(monkeypatch, tmp_path):
     monkeypatch.setenv("DEEPANALYZE_CACHE", str(tmp_path))
-    whole = bank_folder({})
-    a = bank_folder({"families": ["ols"], "tables": ["fair", "wine"]})
-    b = bank_folder({"families": ["ols"], "tables": ["wine", "fair"]})  # order does not matter
-    c = bank_folder({"families": ["correlation"], "tables": ["fair", "wine"]})
+    whole = bank_folder(BankSlice())
+    a = bank_folder(BankSlice(families=("ols",), tables=("fair", "wine")))
+    b = bank_folder(BankSlice(families=("ols",), tables=("wine", "fair")))  # order does not matter
+    c = bank_folder(BankSlice(families=("correlation",), tables=("fair", "wine")))
     assert whole == tmp_path / "bank-seed13"
     assert a == b and a != c and a.parent == whole.parent and a.name.startswith("bank-seed13-")
 
@@ -56,6 +65,8 @@ def test_a_bank_slice_gets_its_own_cache_folder(monkeypatch, tmp_path):
         ({"output_dir": "x", "grpo": {"recipe": "nope.yaml"}}, "grpo.recipe: no such file"),
         ({"output_dir": "x", "eval": {"sample": 2}}, "eval:"),
         ({"output_dir": "x", "env": {"max_turn": 2}}, "max_turn"),
+        ({"output_dir": "x", "bank": {"family": ["ols"]}}, "unknown key bank.family"),
+        ({"output_dir": "x", "bank": {"tables": "fair"}}, "bank.tables must be a list"),
     ],
 )
 def test_pipeline_mistakes_name_what_to_fix(tmp_path, tree, message):
@@ -69,6 +80,18 @@ def test_shipped_pipeline_loads_and_its_recipes_exist():
     pipe = Pipeline.load(REPO / "recipes" / "learn_cpu.yaml")
     assert Path(pipe.sft.recipe).is_file() and Path(pipe.grpo.recipe).is_file()
     assert pipe.tasks["train"] > 0 and pipe.tasks["dev"] > 0
+
+
+def test_train_given_a_pipeline_file_names_the_learn_command(capsys):
+    """A pipeline file is not a recipe: ``train`` says which command runs it, in one line."""
+    shipped = "recipes/learn_cpu.yaml"
+    assert main(["train", str(REPO / shipped), "eval.samples=2"]) == 2
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and "is a learn pipeline file, not a training recipe" in lines[0]
+    assert lines[0].endswith(f"run deepanalyze-rl learn {REPO / shipped} eval.samples=2")
+    # a recipe's own mistake is still that mistake
+    assert main(["train", str(REPO / "recipes" / "trl_cpu_smoke.yaml"), "bank=1"]) == 2
+    assert "unknown recipe key 'bank'" in capsys.readouterr().out
 
 
 def test_pipeline_mistake_is_a_one_line_error(tmp_path, capsys):
@@ -153,18 +176,34 @@ def test_tiny_pipeline_runs_every_stage_and_a_rerun_reuses_them(tmp_path):
 
 class _Calls:
     """Stands in for the stage subprocess (the real one runs in the tiny pipeline test): records
-    each stage's arguments and exits 0 — or, when ``script`` holds actions, runs the next one
-    (it writes what the command would have left and returns its exit code) — so the reuse,
-    resume and clean decisions can be read directly."""
+    each stage's command (typed settings) and exits 0 — or, when ``script`` holds actions, runs
+    the next one (it writes what the command would have left and returns its exit code) — so the
+    reuse, resume and clean decisions can be read directly."""
 
     def __init__(self):
-        self.argvs: list[list[str]] = []
+        self.commands: list[StageCommand] = []
         self.script: list = []
 
-    def __call__(self, argv):
-        self.argvs.append(list(argv))
-        code = self.script.pop(0)(list(argv)) if self.script else 0
+    def __call__(self, command):
+        self.commands.append(command)
+        code = self.script.pop(0)(command) if self.script else 0
         return code, None  # no process ran, so no memory figures
+
+
+def _eval(out: Path, **settings) -> EvalCommand:
+    """An eval stage's command writing into ``out`` (the settings a test does not care about fixed)."""
+    base = {"model": "m", "tasks": Path("dev.jsonl"), "config": Path("env.yaml"), "samples": 1}
+    base |= {"max_tokens": 160, "temperature": 0.0, "concurrency": 1}
+    return EvalCommand(out=out, **(base | settings))
+
+
+def _train(recipe: str, model_dir: Path) -> TrainCommand:
+    return TrainCommand(recipe, model_dir, "m", Path("data.jsonl"))
+
+
+def _parsed(command: StageCommand):
+    """The command's argv as the CLI's own parser reads it."""
+    return build_parser().parse_args(command.argv())
 
 
 @pytest.fixture
@@ -189,43 +228,44 @@ def test_a_stage_whose_input_file_changed_reruns_in_a_clean_folder(tmp_path, cal
     tasks = tmp_path / "dev.jsonl"
     tasks.write_text('{"id": "a"}\n')
     out = tmp_path / "eval"
-    argv = ["eval", "--tasks", str(tasks), "--out", str(out)]
-    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, [tasks], resumable=True)
+    command = _eval(out, tasks=tasks)
+    Stages(tmp_path, fresh=False).run("eval", "t", command, out, [tasks])
     _eval_folder(out)
-    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, [tasks], resumable=True)
-    assert len(calls.argvs) == 1  # same arguments, same tasks: reused
+    Stages(tmp_path, fresh=False).run("eval", "t", command, out, [tasks])
+    assert len(calls.commands) == 1  # same arguments, same tasks: reused
     tasks.write_text('{"id": "b"}\n')  # same path, other tasks
-    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, [tasks], resumable=True)
-    assert calls.argvs[-1] == argv  # no --resume
-    assert len(calls.argvs) == 2 and not out.exists()  # the old episodes are gone
+    Stages(tmp_path, fresh=False).run("eval", "t", command, out, [tasks])
+    assert calls.commands[-1] == command and not _parsed(command).resume  # no --resume
+    assert len(calls.commands) == 2 and not out.exists()  # the old episodes are gone
 
 
 def test_an_interrupted_eval_with_the_same_identity_resumes(tmp_path, calls):
     from deepanalyze_env.learn.stages import Stages
 
     out = tmp_path / "eval"
-    argv = ["eval", "--out", str(out)]
+    command = _eval(out)
     stages = Stages(tmp_path, fresh=False)
-    stages.done["eval"] = {"argv": argv, "inputs": {}, "seconds": None}  # started, never finished
+    stages.done["eval"] = {"argv": command.argv(), "inputs": {}, "seconds": None}  # started, never finished
     _eval_folder(out)
-    stages.run("eval", "t", argv, out, resumable=True)
-    assert calls.argvs == [[*argv, "--resume"]]
+    stages.run("eval", "t", command, out)
+    assert calls.commands == [dataclasses.replace(command, resume=True)]
+    assert calls.commands[0].argv() == [*command.argv(), "--resume"] and _parsed(calls.commands[0]).resume
     assert (out / "episodes.jsonl").is_file()
     saved = json.loads((tmp_path / "stages.json").read_text())["eval"]
-    assert saved["argv"] == argv and saved["seconds"] is not None
+    assert saved["argv"] == command.argv() and saved["seconds"] is not None
 
 
 def test_changed_arguments_or_fresh_never_resume_an_old_folder(tmp_path, calls):
     from deepanalyze_env.learn.stages import Stages
 
     out = tmp_path / "eval"
-    Stages(tmp_path, fresh=False).run("eval", "t", ["eval", "--max-tokens", "128"], out, resumable=True)
+    Stages(tmp_path, fresh=False).run("eval", "t", _eval(out, max_tokens=128), out)
     _eval_folder(out)
-    Stages(tmp_path, fresh=False).run("eval", "t", ["eval", "--max-tokens", "160"], out, resumable=True)
-    assert calls.argvs[-1] == ["eval", "--max-tokens", "160"] and not out.exists()
+    Stages(tmp_path, fresh=False).run("eval", "t", _eval(out, max_tokens=160), out)
+    assert calls.commands[-1] == _eval(out, max_tokens=160) and not out.exists()
     _eval_folder(out)
-    Stages(tmp_path, fresh=True).run("eval", "t", ["eval", "--max-tokens", "160"], out, resumable=True)
-    assert calls.argvs[-1] == ["eval", "--max-tokens", "160"] and not out.exists()
+    Stages(tmp_path, fresh=True).run("eval", "t", _eval(out, max_tokens=160), out)
+    assert calls.commands[-1] == _eval(out, max_tokens=160) and not out.exists()
 
 
 def test_a_stage_after_a_rerun_stage_reruns_even_with_the_same_arguments(tmp_path, calls):
@@ -233,14 +273,14 @@ def test_a_stage_after_a_rerun_stage_reruns_even_with_the_same_arguments(tmp_pat
 
     model, out = tmp_path / "sft", tmp_path / "eval"
     first = Stages(tmp_path, fresh=False)
-    first.run("sft", "t", ["train", "a"], model)
+    first.run("sft", "t", _train("a", model), model)
     model.mkdir()
-    first.run("eval", "t", ["eval", "--model", str(model)], out, resumable=True)
+    first.run("eval", "t", _eval(out, model=str(model)), out)
     _eval_folder(out)
     second = Stages(tmp_path, fresh=False)
-    second.run("sft", "t", ["train", "b"], model)  # the model changes under the same path
-    second.run("eval", "t", ["eval", "--model", str(model)], out, resumable=True)
-    assert calls.argvs[-1] == ["eval", "--model", str(model)] and not out.exists()
+    second.run("sft", "t", _train("b", model), model)  # the model changes under the same path
+    second.run("eval", "t", _eval(out, model=str(model)), out)
+    assert calls.commands[-1] == _eval(out, model=str(model)) and not out.exists()
 
 
 def test_a_nested_stage_override_changes_one_recipe_key_not_the_whole_section(tmp_path):
@@ -300,7 +340,7 @@ def _stage_eval(folder: Path, rewards: dict[str, float], planned: list[str]) -> 
 
 def test_missing_episodes_count_as_failures_and_unpaired_tasks_are_named(tmp_path):
     from deepanalyze_env.learn.outputs import markdown
-    from deepanalyze_env.learn.run import compare_stages, coverage, headline
+    from deepanalyze_env.learn.summary import compare_stages, coverage, headline
 
     _stage_eval(tmp_path / "eval-base", {"t1": 1.0, "t2": 0.0}, ["t1", "t2", "t3"])  # t3 raised
     _stage_eval(tmp_path / "eval-sft", {"t1": 1.0, "t2": 1.0}, ["t1", "t2"])  # t3 never planned
@@ -345,10 +385,10 @@ def test_an_eval_with_missing_episodes_is_resumed_not_recorded_as_done(tmp_path,
     from deepanalyze_env.learn.stages import Stages, eval_gap
 
     out = tmp_path / "eval"
-    argv = ["eval", "--out", str(out)]
+    command = _eval(out)
     calls.script = [lambda a: _report(out, missing=1), lambda a: _report(out, missing=0)]
-    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, resumable=True, check=eval_gap)
-    assert calls.argvs == [argv, [*argv, "--resume"]]
+    Stages(tmp_path, fresh=False).run("eval", "t", command, out, check=eval_gap)
+    assert calls.commands == [command, dataclasses.replace(command, resume=True)]
     assert (
         "stage eval is incomplete (1 of 3 planned episodes did not finish): resuming"
         in capsys.readouterr().out
@@ -361,14 +401,15 @@ def test_an_eval_still_missing_episodes_stays_not_done_and_the_next_run_resumes_
     from deepanalyze_env.learn.stages import Stages, eval_gap
 
     out = tmp_path / "eval"
-    argv = ["eval", "--out", str(out)]
+    command = _eval(out)
     calls.script = [lambda a: _report(out, missing=2), lambda a: _report(out, missing=1)]
-    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, resumable=True, check=eval_gap)
+    Stages(tmp_path, fresh=False).run("eval", "t", command, out, check=eval_gap)
     saved = json.loads((tmp_path / "stages.json").read_text())["eval"]
     assert saved["seconds"] is None and saved["incomplete"] == "1 of 3 planned episodes did not finish"
     calls.script = [lambda a: _report(out, missing=0)]
-    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, resumable=True, check=eval_gap)
-    assert calls.argvs[-1] == [*argv, "--resume"] and len(calls.argvs) == 3  # resumed, not reused
+    Stages(tmp_path, fresh=False).run("eval", "t", command, out, check=eval_gap)
+    resumed = dataclasses.replace(command, resume=True)
+    assert calls.commands[-1] == resumed and len(calls.commands) == 3  # resumed, not reused
     assert json.loads((tmp_path / "stages.json").read_text())["eval"]["seconds"] is not None
 
 
@@ -376,7 +417,7 @@ def test_a_crashed_eval_is_rerun_in_a_clean_folder_and_a_second_crash_is_an_erro
     from deepanalyze_env.learn.stages import StageFailed, Stages, eval_gap
 
     out = tmp_path / "eval"
-    argv = ["eval", "--out", str(out)]
+    command = _eval(out)
 
     def crash_before_any_run(a):
         out.mkdir(exist_ok=True)
@@ -384,8 +425,8 @@ def test_a_crashed_eval_is_rerun_in_a_clean_folder_and_a_second_crash_is_an_erro
         return 1  # an uncaught exception: no run.json, no report
 
     calls.script = [crash_before_any_run, lambda a: _report(out, missing=0)]
-    Stages(tmp_path, fresh=False).run("eval", "t", argv, out, resumable=True, check=eval_gap)
-    assert calls.argvs == [argv, argv] and not (out / "stray.log").exists()
+    Stages(tmp_path, fresh=False).run("eval", "t", command, out, check=eval_gap)
+    assert calls.commands == [command, command] and not (out / "stray.log").exists()
     assert "did not start a run (it wrote no report: it crashed): rerunning it in a clean folder" in (
         capsys.readouterr().out
     )
@@ -397,9 +438,11 @@ def test_a_crashed_eval_is_rerun_in_a_clean_folder_and_a_second_crash_is_an_erro
         return 1
 
     calls.script = [crash_after_some_episodes, crash_after_some_episodes]
-    with pytest.raises(StageFailed, match="stage eval failed \\(it wrote no report: it crashed\\)"):
-        Stages(tmp_path, fresh=True).run("eval", "t", argv, out, resumable=True, check=eval_gap)
-    assert calls.argvs[-1] == [*argv, "--resume"]  # the second try resumed the run it had started
+    with pytest.raises(StageFailed, match="stage eval failed \\(it wrote no report: it crashed\\)") as failed:
+        Stages(tmp_path, fresh=True).run("eval", "t", command, out, check=eval_gap)
+    resumed = dataclasses.replace(command, resume=True)
+    assert calls.commands[-1] == resumed  # the second try resumed the run it had started
+    assert str(failed.value).endswith("deepanalyze-rl " + " ".join(resumed.argv()))  # how to rerun it
     saved = json.loads((tmp_path / "stages.json").read_text())["eval"]
     assert saved["seconds"] is None and "crashed" in saved["incomplete"]
 
@@ -413,34 +456,35 @@ def test_a_model_or_sft_data_rewritten_in_place_reruns_the_stages_that_read_it(t
 
     def both():
         stages = Stages(tmp_path, fresh=False)
-        stages.run("sft", "t", ["train", "r"], model, [kept])
+        stages.run("sft", "t", _train("r", model), model, [kept])
         if not model.exists():  # what the train command leaves
             model.mkdir()
             (model / "model.safetensors").write_bytes(b"\0" * 4096)
             (model / "config.json").write_text("{}")
-        stages.run("eval", "t", ["eval", "--model", str(model)], out, [model], resumable=True)
+        stages.run("eval", "t", _eval(out, model=str(model)), out, [model])
         out.mkdir(exist_ok=True)
 
     both()
     kept.write_text('{"episode": 1}\n')  # rewritten unchanged, as every learn run rewrites its task files
     both()
-    assert len(calls.argvs) == 2  # nothing changed: both reused
+    assert len(calls.commands) == 2  # nothing changed: both reused
     weights = model / "model.safetensors"
     weights.write_bytes(b"\1" * 4096)  # same path, same size, other weights
     both()
-    assert calls.argvs[-1] == ["eval", "--model", str(model)] and len(calls.argvs) == 3  # the eval only
+    assert calls.commands[-1] == _eval(out, model=str(model)) and len(calls.commands) == 3  # the eval only
     kept.write_text('{"episode": 2}\n')  # other SFT data at the same path
     both()
-    assert [a[0] for a in calls.argvs[3:]] == ["train", "eval"]  # the SFT and everything after it
+    assert [type(c) for c in calls.commands[3:]] == [TrainCommand, EvalCommand]  # the SFT and all after it
 
 
 def test_one_set_of_chat_template_kwargs_reaches_every_stage(tmp_path):
-    from deepanalyze_env.learn.run import eval_argv, template_override
+    from deepanalyze_env.learn.run import eval_command, template_override
 
     shipped = REPO / "recipes" / "learn_cpu.yaml"
     pipe = Pipeline.load(shipped, ["chat_template_kwargs.enable_thinking=false"])
-    argv = eval_argv(pipe, "m", tmp_path / "dev.jsonl", tmp_path / "e", tmp_path / "env.yaml")
-    assert argv[argv.index("--chat-template-kwargs") + 1] == '{"enable_thinking": false}'
+    command = eval_command(pipe, "m", tmp_path / "dev.jsonl", tmp_path / "e", tmp_path / "env.yaml")
+    assert command.chat_template_kwargs == {"enable_thinking": False}
+    assert _parsed(command).chat_template_kwargs == '{"enable_thinking": false}'
     assert template_override(pipe) == ['trl.chat_template_kwargs={"enable_thinking": false}']
     # unset in the pipeline: the recipes' own value, for the evals too
     pipe = Pipeline.load(shipped, ["grpo.set.trl.chat_template_kwargs.enable_thinking=false"])
@@ -460,7 +504,7 @@ def test_the_tools_format_reaches_every_stage_with_its_chat_template(tmp_path):
     """``env.action_format: tools`` with ``chat_template``: evals render with the template, the
     training stages get it as a recipe override, and GRPO gets no budget check (TRL runs the
     tool loop); a curriculum, which seeds our rollout_func's sampler, is refused."""
-    from deepanalyze_env.learn.run import eval_argv, grpo_inputs, template_override
+    from deepanalyze_env.learn.run import eval_command, grpo_inputs, template_override
     from deepanalyze_env.learn.stages import Stages
 
     shipped = REPO / "recipes" / "learn_cpu.yaml"
@@ -468,8 +512,8 @@ def test_the_tools_format_reaches_every_stage_with_its_chat_template(tmp_path):
     with pytest.raises(ConfigError, match="curriculum seeds our rollout_func"):
         Pipeline.load(shipped, tools)
     pipe = Pipeline.load(shipped, [*tools, "curriculum=null"])
-    argv = eval_argv(pipe, "m", tmp_path / "dev.jsonl", tmp_path / "e", tmp_path / "env.yaml")
-    assert argv[argv.index("--chat-template") + 1] == "trl:qwen3"
+    command = eval_command(pipe, "m", tmp_path / "dev.jsonl", tmp_path / "e", tmp_path / "env.yaml")
+    assert command.chat_template == "trl:qwen3" and _parsed(command).chat_template == "trl:qwen3"
     assert template_override(pipe) == ["chat_template=trl:qwen3"]
     pipe.output_dir = str(tmp_path)
     (tmp_path / "reference").mkdir()
@@ -485,7 +529,7 @@ def test_a_missing_chat_template_file_fails_when_the_pipeline_loads():
 
 
 def test_a_curriculum_section_samples_the_sft_model_on_grpos_tasks_and_seeds_the_curriculum(tmp_path, calls):
-    from deepanalyze_env.learn.run import grpo_inputs
+    from deepanalyze_env.learn.run import GrpoSampling, grpo_inputs
     from deepanalyze_env.learn.stages import Stages
 
     shipped = REPO / "recipes" / "learn_cpu.yaml"
@@ -509,11 +553,15 @@ def test_a_curriculum_section_samples_the_sft_model_on_grpos_tasks_and_seeds_the
     )
     # GRPO draws from 2 of the 5 train tasks, and the pass sampled exactly those
     assert pool == tmp_path / "tasks" / "grpo.jsonl" and len(pool.read_text().splitlines()) == 2
-    [argv] = calls.argvs
-    assert argv[argv.index("--tasks") + 1] == str(pool) and argv[argv.index("--model") + 1] == "sft"
-    # at GRPO's sampling temperature and per-turn budget, k samples a task
-    assert argv[argv.index("--temperature") + 1] == "0.7" and argv[argv.index("--max-tokens") + 1] == "120"
-    assert argv[argv.index("--samples") + 1] == "3"
+    [command] = calls.commands
+    assert isinstance(command, EvalCommand)
+    assert command.tasks == pool and command.model == "sft" and command.out == estimate
+    # at GRPO's sampling temperature and per-turn budget (looked up once), k samples a task
+    assert GrpoSampling.of(pipe) == GrpoSampling(temperature=0.7, max_tokens=120, budget_check=False)
+    assert (command.temperature, command.max_tokens, command.samples) == (0.7, 120, 3)
+    args = _parsed(command)
+    assert args.tasks == [str(pool)] and args.model == "sft"
+    assert (args.temperature, args.max_tokens, args.samples) == (0.7, 120, 3)
     assert extra == [
         "curriculum.kind=success_rate",
         f"curriculum.from_records={estimate}",
@@ -537,7 +585,7 @@ def test_without_a_curriculum_grpo_takes_every_train_task_and_the_budget_check_r
     pool, extra = grpo_inputs(
         pipe, Stages(tmp_path, fresh=False), "sft", {"train": train}, tmp_path, tmp_path / "e"
     )
-    assert pool == train and calls.argvs == []
+    assert pool == train and calls.commands == []
     assert extra == [f"rollout.budget_check={tmp_path / 'eval-sft'}"]
 
 
@@ -552,3 +600,70 @@ def test_without_a_curriculum_grpo_takes_every_train_task_and_the_budget_check_r
 def test_curriculum_section_mistakes_are_one_line(override, message):
     with pytest.raises(ConfigError, match=message):
         Pipeline.load(REPO / "recipes" / "learn_cpu.yaml", ["curriculum.tasks=2", override])
+
+
+def test_every_stage_command_line_parses_back_into_its_settings(tmp_path):
+    """``commands.py`` is the one place a stage's argv is built; each one is read back by the CLI's
+    own parser into the same settings (what the stage runs, and what ``stages.json`` reruns)."""
+    bank = BankCommand(tmp_path / "bank", families=("ols", "correlation"), tables=("wine",), seed=7)
+    args = _parsed(bank)
+    assert (args.command, args.bank_command, args.out) == ("bank", "build", str(tmp_path / "bank"))
+    assert (args.families, args.tables, args.seed) == (["correlation", "ols"], ["wine"], 7)
+    assert _parsed(BankCommand(tmp_path / "bank")).families is None  # none named: every family
+
+    command = _eval(
+        tmp_path / "e",
+        samples=4,
+        temperature=0.7,
+        max_tokens=96,
+        concurrency=3,
+        chat_template_kwargs={"enable_thinking": False},
+        chat_template="trl:qwen3",
+        resume=True,
+    )
+    args = _parsed(command)
+    assert (args.command, args.model, args.tasks, args.out) == (
+        "eval",
+        "m",
+        ["dev.jsonl"],
+        str(tmp_path / "e"),
+    )
+    assert (args.samples, args.temperature, args.max_tokens, args.concurrency) == (4, 0.7, 96, 3)
+    assert json.loads(args.chat_template_kwargs) == {"enable_thinking": False}
+    assert (args.config, args.chat_template, args.resume) == ("env.yaml", "trl:qwen3", True)
+
+    rollout = RolloutCommand(
+        tmp_path / "t.jsonl", tmp_path / "train.jsonl", tmp_path / "env.yaml", tmp_path / "r"
+    )
+    args = _parsed(rollout)
+    assert (args.command, args.policy, args.labels, args.keep) == (
+        "rollout",
+        "scripted",
+        "good",
+        'reward_status == "scored" and format_ok',
+    )
+    assert args.trajectories == [str(tmp_path / "t.jsonl")] and args.tasks == [str(tmp_path / "train.jsonl")]
+    assert args.out == str(tmp_path / "r") and not args.resume
+
+    train = TrainCommand(
+        "r.yaml",
+        tmp_path / "g",
+        "sft",
+        tmp_path / "pool.jsonl",
+        env={"max_turns": 3},
+        overrides=("max_steps=2",),
+    )
+    args = _parsed(train)
+    assert (args.command, args.recipe) == ("train", "r.yaml")
+    from deepanalyze_env.trainers.recipes import apply_override
+
+    tree: dict = {}
+    for assignment in args.overrides:
+        apply_override(tree, assignment)
+    assert tree == {
+        "output_dir": str(tmp_path / "g"),
+        "model": "sft",
+        "data": [str(tmp_path / "pool.jsonl")],
+        "env": {"max_turns": 3},
+        "max_steps": 2,
+    }

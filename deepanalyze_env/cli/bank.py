@@ -8,13 +8,13 @@ for the same seed and package versions, which ``--check`` verifies against an ex
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from deepanalyze_env.cli.common import UsageError, console, make_parser
+from deepanalyze_env.cli.common import SubParsers, UsageError, console, make_parser
 
 
 def default_out(seed: int) -> Path:
@@ -23,7 +23,7 @@ def default_out(seed: int) -> Path:
     return cache_folder(seed)
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "bank",
@@ -50,7 +50,7 @@ def add_parser(sub: Any) -> None:
     b.set_defaults(func=cmd_bank_build)
 
 
-def _progress() -> tuple[Progress, Any]:
+def _progress() -> tuple[Progress, Callable[[str, int, int], None]]:
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -58,7 +58,7 @@ def _progress() -> tuple[Progress, Any]:
         TimeElapsedColumn(),
         console=console,
     )
-    bars: dict[str, Any] = {}
+    bars: dict[str, TaskID] = {}
 
     def tick(stage: str, done: int, total: int) -> None:
         if stage not in bars:

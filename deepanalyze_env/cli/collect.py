@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
 
 from deepanalyze_env.cli.common import (
+    SubParsers,
     UsageError,
     add_limit_flags,
     add_shared_flags,
@@ -22,7 +22,7 @@ from deepanalyze_env.cli.common import (
 )
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "collect",
@@ -81,7 +81,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
 def _collect(args: argparse.Namespace) -> int:
     from deepanalyze_env.core.filters import RecordFilter
     from deepanalyze_env.core.tasks import load_task_files
-    from deepanalyze_env.offline.rundir import RunDir, RunDirError, task_fingerprint
+    from deepanalyze_env.offline.rundir import RunDirError, RunSettings, task_fingerprint
+    from deepanalyze_env.offline.runner import open_run
     from deepanalyze_env.serve.collect import AgentSpec, collect
     from deepanalyze_env.serve.proxy import Upstream
 
@@ -103,22 +104,22 @@ def _collect(args: argparse.Namespace) -> int:
         key = os.environ.get(args.api_key_env) if args.api_key_env else None
         upstream = Upstream(args.upstream_base_url, key, args.upstream_model, api_key_env=args.api_key_env)
     spec = AgentSpec(args.agent, args.agent_timeout, upstream)
-    settings = {
-        "kind": "collect",
-        "tasks": files,
-        "task_fingerprint": task_fingerprint(rows),
-        "samples": args.samples,
-        "labels": None,
-        "policy": spec.policy_id,
-        "policy_settings": {
+    settings = RunSettings(
+        kind="collect",
+        tasks=files,
+        task_fingerprint=task_fingerprint(rows),
+        samples=args.samples,
+        labels=None,
+        policy=spec.policy_id,
+        policy_settings={
             "agent": args.agent,
             "upstream": args.upstream_base_url,
             "model": args.upstream_model,
         },
-        "keep": args.keep,
-    }
+        keep=args.keep,
+    )
     try:
-        run = RunDir.open(args.out, settings, resume=args.resume, run_id=args.run_id)
+        run = open_run(args.out, settings, rows, env_config, resume=args.resume, run_id=args.run_id)
     except RunDirError as exc:
         raise UsageError(str(exc))
     outcome = collect(

@@ -5,13 +5,21 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import yaml
 from rich.console import Console
 from rich.table import Table
 
 from deepanalyze_env.core.config import JUDGE_BACKENDS, EnvConfig
+from deepanalyze_env.core.contracts import JsonObject
+
+if TYPE_CHECKING:
+    from deepanalyze_env.offline.eval_schema import EvalReport
+    from deepanalyze_env.serve.session import ServeLimits
+
+# what ``add_subparsers()`` returns: each command module adds its parser to it
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 
@@ -22,7 +30,7 @@ class UsageError(Exception):
     """A mistake in how the command was called."""
 
 
-def template_kwargs(text: str | None, flag: str) -> dict[str, Any] | None:
+def template_kwargs(text: str | None, flag: str) -> JsonObject | None:
     """A ``--…chat-template-kwargs`` value: a JSON object, or ``None`` when the flag is absent."""
     if not text:
         return None
@@ -50,9 +58,10 @@ def add_shared_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--judge-concurrency", type=int, metavar="N")
 
 
-def load_env_config(args: argparse.Namespace) -> dict[str, Any]:
-    """The env_config file (if any) with command-line flags layered on top, validated."""
-    config: dict[str, Any] = {}
+def load_env_config(args: argparse.Namespace) -> JsonObject:
+    """The env_config file (if any) with command-line flags layered on top, validated (the raw
+    mapping: commands hand it on to the env, which reads it into ``EnvConfig``)."""
+    config: JsonObject = {}
     if args.config:
         path = Path(args.config)
         if not path.is_file():
@@ -79,7 +88,7 @@ def load_env_config(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
-def make_parser(sub: Any, name: str, help_text: str, example: str) -> argparse.ArgumentParser:
+def make_parser(sub: SubParsers, name: str, help_text: str, example: str) -> argparse.ArgumentParser:
     """A subcommand parser whose ``--help`` ends with a runnable example."""
     return sub.add_parser(
         name,
@@ -89,7 +98,7 @@ def make_parser(sub: Any, name: str, help_text: str, example: str) -> argparse.A
     )
 
 
-def task_files(args: argparse.Namespace, env_config: dict[str, Any]) -> list[str]:
+def task_files(args: argparse.Namespace, env_config: JsonObject) -> list[str]:
     """``--tasks``, else the shipped tasks (whose workspaces are the shipped data folder, made
     ``workspace_root`` unless the config names one)."""
     env_config.setdefault("workspace_root", str(SHIPPED_DATA))
@@ -125,7 +134,7 @@ def add_limit_flags(p: argparse.ArgumentParser) -> None:
         )
 
 
-def limits_from(args: argparse.Namespace) -> Any:
+def limits_from(args: argparse.Namespace) -> ServeLimits:
     from deepanalyze_env.serve.session import ServeLimits
 
     limits = ServeLimits(**{name: getattr(args, name) for name, *_ in LIMIT_FLAGS.values()})
@@ -153,7 +162,7 @@ def require_serve_extra() -> None:
 # ---------------------------------------------------------------------------- eval reports (eval, collect)
 
 
-def print_report(report: dict[str, Any], title: str) -> None:
+def print_report(report: EvalReport, title: str) -> None:
     from deepanalyze_env.offline.eval_report import episode_line, summary_row
 
     ks = report["pass_at_ks"]

@@ -12,12 +12,13 @@ import argparse
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from deepanalyze_env.cli.common import (
     SHIPPED_DATA,
+    SubParsers,
     UsageError,
     add_shared_flags,
     console,
@@ -28,8 +29,11 @@ from deepanalyze_env.cli.common import (
     template_kwargs,
 )
 
+if TYPE_CHECKING:
+    from deepanalyze_env.offline.policies import Policy
 
-def add_parser(sub: Any) -> None:
+
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "eval",
@@ -91,7 +95,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_eval)
 
 
-def _policy(args: argparse.Namespace, temperature: float, action_format: str = "tags") -> Any:
+def _policy(args: argparse.Namespace, temperature: float, action_format: str = "tags") -> Policy:
     from deepanalyze_env.core.models import chat_template_text
     from deepanalyze_env.offline.policies import make_policy
 
@@ -132,9 +136,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.compare:
         return cmd_compare(args)
     from deepanalyze_env.core.tasks import load_task_files
-    from deepanalyze_env.offline.eval_report import TASKS_FILE, task_meta, write_json, write_report
-    from deepanalyze_env.offline.rundir import RunDir, RunDirError, task_fingerprint
-    from deepanalyze_env.offline.runner import NothingToRun, run_planned, scripted_labels
+    from deepanalyze_env.offline.eval_report import write_report
+    from deepanalyze_env.offline.rundir import RunDirError, RunSettings, task_fingerprint
+    from deepanalyze_env.offline.runner import NothingToRun, open_run, run_planned, scripted_labels
 
     if not args.out:
         raise UsageError("eval needs --out DIR (the eval folder)")
@@ -146,28 +150,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     rows = load_task_files(files, env_config.get("workspace_root"))
     policy = _policy(args, temperature, env_config.get("action_format", "tags"))
     labels, labels_for = scripted_labels(policy, args.labels) if args.policy == "scripted" else ([], None)
-    settings = {
-        "kind": "eval",
-        "tasks": files,
-        "task_fingerprint": task_fingerprint(rows),
-        "samples": args.samples,
-        "labels": labels or None,
-        "policy": policy.policy_id,
-        "policy_settings": {
+    settings = RunSettings(
+        kind="eval",
+        tasks=files,
+        task_fingerprint=task_fingerprint(rows),
+        samples=args.samples,
+        labels=labels or None,
+        policy=policy.policy_id,
+        policy_settings={
             "temperature": temperature,
             "max_tokens": args.max_tokens,
             "layout": args.layout,
             "chat_template_kwargs": args.chat_template_kwargs,
         },
-        "keep": None,
-    }
+    )
     try:
-        run = RunDir.open(args.out, settings, resume=args.resume)
-    except RunDirError as exc:
-        raise UsageError(str(exc))
-    env_config["records_dir"] = str(run.records_dir)
-    write_json(run.path / TASKS_FILE, task_meta(rows))
-    try:
+        run = open_run(args.out, settings, rows, env_config, resume=args.resume)
         outcome = run_planned(
             rows,
             env_config,

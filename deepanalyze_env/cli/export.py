@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from deepanalyze_env.cli.common import UsageError, console, make_parser
+from deepanalyze_env.cli.common import SubParsers, UsageError, console, make_parser
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "export",

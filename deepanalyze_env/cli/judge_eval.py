@@ -14,20 +14,29 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from deepanalyze_env.cli.common import (
     SHIPPED_DATA,
+    SubParsers,
     UsageError,
     add_shared_flags,
     console,
     load_env_config,
     make_parser,
 )
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.offline.report import fmt, progress_bar
+
+if TYPE_CHECKING:
+    from deepanalyze_env.core.config import EnvConfig
+    from deepanalyze_env.offline.judge_eval import BadLine, FixtureCase, Sample
+    from deepanalyze_env.offline.judge_eval.compare import SetRun
+    from rewards.judge import JudgeClient
 
 HEADLINE = (
     "n_cases",
@@ -42,7 +51,7 @@ HEADLINE = (
 )
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "judge-eval",
@@ -106,7 +115,7 @@ def _check_args(args: argparse.Namespace) -> Path:
 SHIPPED = "shipped"  # the --prompt-dir value naming the shipped prompts (a folder so named: ./shipped)
 
 
-def prompt_sets(args: argparse.Namespace, judge: dict[str, Any]) -> list[tuple[str, str | None]]:
+def prompt_sets(args: argparse.Namespace, judge: JsonObject) -> list[tuple[str, str | None]]:
     """(name, prompt_dir) per set: the --prompt-dir values in order (None for the shipped prompts),
     or the config's judge.prompt_dir alone. Names are folder names, made unique."""
     given = args.prompt_dir or [judge.get("prompt_dir") or SHIPPED]
@@ -120,7 +129,7 @@ def prompt_sets(args: argparse.Namespace, judge: dict[str, Any]) -> list[tuple[s
     return sets
 
 
-def judge_env_config(args: argparse.Namespace) -> dict[str, Any]:
+def judge_env_config(args: argparse.Namespace) -> JsonObject:
     """env_config with this command's judge flags layered on the shared ones, validated."""
     from deepanalyze_env.core.config import EnvConfig
 
@@ -139,7 +148,7 @@ def judge_env_config(args: argparse.Namespace) -> dict[str, Any]:
     return env_config
 
 
-def _cases(args: argparse.Namespace) -> tuple[list[Any], list[Any], list[str]]:
+def _cases(args: argparse.Namespace) -> tuple[list[FixtureCase], list[BadLine], list[str]]:
     """The fixture cases, the lines skipped (printed) and the paths read; none usable is a usage error."""
     from deepanalyze_env.offline.judge_eval import load_fixtures
 
@@ -163,7 +172,7 @@ def _cases(args: argparse.Namespace) -> tuple[list[Any], list[Any], list[str]]:
 def cmd_judge_eval(args: argparse.Namespace) -> int:
     from deepanalyze_env.core.config import EnvConfig
     from deepanalyze_env.core.profiles import PROFILES
-    from deepanalyze_env.offline.judge_eval import Sample, prompt_set, run_samples
+    from deepanalyze_env.offline.judge_eval import prompt_set, run_samples
     from rewards.judge import get_judge_client
 
     start = time.monotonic()
@@ -203,16 +212,32 @@ def cmd_judge_eval(args: argparse.Namespace) -> int:
                 )
             )
 
-    context = {"config": config, "fixtures": fixture_paths, "bad_lines": bad_lines, "start": start}
+    context = SetContext(config, fixture_paths, bad_lines, start)
     runs = [_report_set(args, name, client, cases, samples, context) for name, client, samples in sampled]
     if len(runs) == 1:
         return _finish_single(args, out, runs[0], sampled[0][2])
     return _finish_compare(args, out, runs, cases)
 
 
+@dataclass(frozen=True)
+class SetContext:
+    """What every prompt set's report states alike: the env config, the fixtures read and the
+    lines skipped, and when the command started."""
+
+    config: EnvConfig
+    fixtures: list[str]
+    bad_lines: list[BadLine]
+    start: float
+
+
 def _report_set(
-    args: argparse.Namespace, name: str, client: Any, cases: list[Any], samples: list[Any], context: dict
-) -> Any:
+    args: argparse.Namespace,
+    name: str,
+    client: JudgeClient,
+    cases: list[FixtureCase],
+    samples: list[Sample],
+    context: SetContext,
+) -> SetRun:
     """One prompt set's report (report.json's content) and case rows."""
     from deepanalyze_env.offline.judge_eval import check_thresholds, evaluate_cases, prompt_set
     from deepanalyze_env.offline.judge_eval.compare import SetRun
@@ -233,20 +258,20 @@ def _report_set(
         "base_url": judge["base_url"],
         "temperature": judge["temperature"],
         "max_tokens": judge["max_tokens"],
-        "profile": context["config"].profile,
+        "profile": context.config.profile,
         "repeats": args.repeats,
-        "fixtures": [str(p) for p in context["fixtures"]],
-        "n_bad_lines": len(context["bad_lines"]),
-        "bad_lines": [bad.as_dict() for bad in context["bad_lines"]],
+        "fixtures": [str(p) for p in context.fixtures],
+        "n_bad_lines": len(context.bad_lines),
+        "bad_lines": [bad.as_dict() for bad in context.bad_lines],
         "thresholds": gates,
         "passed": all(gate["passed"] for gate in gates.values()),
-        "elapsed_s": round(time.monotonic() - context["start"], 3),
+        "elapsed_s": round(time.monotonic() - context.start, 3),
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     return SetRun(name, settings.prompt_dir, report, rows)
 
 
-def _finish_single(args: argparse.Namespace, out: Path, run: Any, samples: list[Any]) -> int:
+def _finish_single(args: argparse.Namespace, out: Path, run: SetRun, samples: list[Sample]) -> int:
     from deepanalyze_env.offline.judge_eval import write_outputs
 
     report = run.report
@@ -263,7 +288,7 @@ def _finish_single(args: argparse.Namespace, out: Path, run: Any, samples: list[
     return 0 if report["passed"] else 1
 
 
-def _finish_compare(args: argparse.Namespace, out: Path, runs: list[Any], cases: list[Any]) -> int:
+def _finish_compare(args: argparse.Namespace, out: Path, runs: list[SetRun], cases: list[FixtureCase]) -> int:
     from deepanalyze_env.offline.judge_eval import write_outputs
     from deepanalyze_env.offline.judge_eval.compare import compare_sets, write_compare
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from rich.rule import Rule
 
-from deepanalyze_env.cli.common import UsageError, console, make_parser
+from deepanalyze_env.cli.common import SubParsers, UsageError, console, make_parser
 from deepanalyze_env.learn import (
     Pipeline,
     StageFailed,
@@ -21,7 +20,7 @@ from deepanalyze_env.learn import (
 )
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "learn",

@@ -7,18 +7,19 @@ RL rows (JSON/JSONL/parquet with ``prompt`` and ``reward_spec``) pass through un
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
-from deepanalyze_env.cli.common import UsageError, console, make_parser
+from deepanalyze_env.cli.common import SubParsers, UsageError, console, make_parser
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.core.tasks import load_rows, task_to_row, write_parquet
 
 log = logging.getLogger(__name__)
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "prepare-data",
@@ -50,7 +51,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_prepare_data)
 
 
-def dabench_rows(args: Any, out: Path) -> list[dict[str, Any]]:
+def dabench_rows(args: argparse.Namespace, out: Path) -> list[JsonObject]:
     """Convert DABench files (``offline.bank.dabench``), report skipped lines, render the rows."""
     from deepanalyze_env.offline.bank.dabench import convert
 
@@ -84,7 +85,7 @@ def dabench_rows(args: Any, out: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def cmd_prepare_data(args: Any) -> int:
+def cmd_prepare_data(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.source == "dabench":
         out.parent.mkdir(parents=True, exist_ok=True)

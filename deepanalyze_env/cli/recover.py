@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
-from deepanalyze_env.cli.common import UsageError, add_shared_flags, console, load_env_config, make_parser
+from deepanalyze_env.cli.common import (
+    SubParsers,
+    UsageError,
+    add_shared_flags,
+    console,
+    load_env_config,
+    make_parser,
+)
 
 SHOWN_REASONS = 5
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "recover",
@@ -55,7 +61,7 @@ def add_parser(sub: Any) -> None:
 def cmd_recover(args: argparse.Namespace) -> int:
     from deepanalyze_env.core.filters import FilterError, RecordFilter
     from deepanalyze_env.core.records import load_run, write_jsonl_atomic
-    from deepanalyze_env.offline.recover import recover, status_counts
+    from deepanalyze_env.offline.recover import RecoverReport, recover, status_counts
     from deepanalyze_env.offline.report import progress_bar
 
     source = Path(args.run)
@@ -84,7 +90,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
     with progress_bar("replay", total=0, console=console) as (progress, bar):
 
-        def on_cut(report: Any) -> None:
+        def on_cut(report: RecoverReport) -> None:
             progress.update(
                 bar,
                 total=report.cuts,

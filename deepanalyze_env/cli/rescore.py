@@ -16,19 +16,26 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from deepanalyze_env.cli.common import (
+    SubParsers,
     UsageError,
     add_shared_flags,
     console,
     load_env_config,
     make_parser,
 )
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.offline.report import progress_bar
 
+if TYPE_CHECKING:
+    from deepanalyze_env.core.config import JudgeConfig
+    from deepanalyze_env.offline.rescore import Rescored, RescoreSkip
+    from rewards.judge import JudgeClient
 
-def add_parser(sub: Any) -> None:
+
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "rescore",
@@ -57,7 +64,7 @@ def _output_path(run: Path) -> Path:
         time.sleep(0.001)
 
 
-def judge_client(config: Any, functions: list[str]) -> Any:
+def judge_client(config: JudgeConfig, functions: list[str]) -> JudgeClient:
     """The shared judge client; a bad setting or a missing prompt file is a one-line error now."""
     from rewards.judge import JudgeError, get_judge_client, validate_prompts
     from rewards.judges import rubrics_for
@@ -101,13 +108,13 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     out = _output_path(run_dir)
     source = ", ".join(str(p) for p in run.sources)
 
-    def one(record: dict[str, Any]) -> Any:
+    def one(record: JsonObject) -> Rescored | RescoreSkip:
         try:
             return rescore_record(record, client, source=source)
         except RescoreSkip as exc:
             return exc
 
-    results: list[Any] = []
+    results: list[Rescored | RescoreSkip] = []
     with (
         progress_bar("rescore", total=len(chosen), console=console) as (progress, bar),
         ThreadPoolExecutor(max_workers=args.concurrency, thread_name_prefix="rescore") as pool,

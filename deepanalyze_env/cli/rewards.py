@@ -11,15 +11,28 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
 
-from deepanalyze_env.cli.common import UsageError, add_shared_flags, console, load_env_config, make_parser
+from deepanalyze_env.cli.common import (
+    SubParsers,
+    UsageError,
+    add_shared_flags,
+    console,
+    load_env_config,
+    make_parser,
+)
+from deepanalyze_env.core.contracts import JsonObject
+
+if TYPE_CHECKING:
+    from deepanalyze_env.core.config import EnvConfig
+    from deepanalyze_env.offline.reward_check import CheckResult
+    from rewards.catalog import FunctionInfo
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "rewards",
@@ -52,7 +65,7 @@ def cmd_rewards(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"--check: {exc}")
     if args.json:
-        out: dict[str, Any] = {"functions": [i.as_dict() for i in infos], "plugin_problems": problems}
+        out: JsonObject = {"functions": [i.as_dict() for i in infos], "plugin_problems": problems}
         if check is not None:
             out["check"] = {**check.as_dict(), "profile": config.profile}
         print(json.dumps(out, indent=2, ensure_ascii=False))
@@ -66,7 +79,7 @@ def cmd_rewards(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _print_listing(infos: list[Any]) -> None:
+def _print_listing(infos: list[FunctionInfo]) -> None:
     table = Table(title=f"reward functions ({len(infos)})", title_justify="left", show_lines=False)
     for col in ("function", "package", "reads", "arguments", "components", "judge"):
         table.add_column(col, overflow="fold")
@@ -83,7 +96,7 @@ def _print_listing(infos: list[Any]) -> None:
     console.print(table)
 
 
-def _print_check(check: Any, config: Any) -> None:
+def _print_check(check: CheckResult, config: EnvConfig) -> None:
     console.print(
         f"checked {check.tasks} tasks (profile {config.profile}): {check.built} plans built, "
         f"{len(check.problems)} problem{'' if len(check.problems) == 1 else 's'}",

@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import os
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from deepanalyze_env.cli.common import (
     SHIPPED_DATA,
+    SubParsers,
     UsageError,
     add_shared_flags,
     console,
@@ -25,11 +26,19 @@ from deepanalyze_env.cli.common import (
     task_files,
     template_kwargs,
 )
+from deepanalyze_env.core.contracts import JsonObject
+
+if TYPE_CHECKING:
+    from deepanalyze_env.core.filters import RecordFilter
+    from deepanalyze_env.offline.policies import Policy
+    from deepanalyze_env.offline.rollout import EpisodeOutcome
+    from deepanalyze_env.offline.rundir import RunDir
+    from deepanalyze_env.offline.runner import RunOutcome
 
 TABLE_LIMIT = 40  # print one row per episode up to this many, else a per-method summary
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "rollout",
@@ -109,7 +118,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_rollout)
 
 
-def build_policy(args: argparse.Namespace, action_format: str = "tags") -> Any:
+def build_policy(args: argparse.Namespace, action_format: str = "tags") -> Policy:
     from deepanalyze_env.core.models import chat_template_text
     from deepanalyze_env.offline.policies import make_policy
 
@@ -139,8 +148,8 @@ def build_policy(args: argparse.Namespace, action_format: str = "tags") -> Any:
 def cmd_rollout(args: argparse.Namespace) -> int:
     from deepanalyze_env.core.filters import FilterError, RecordFilter
     from deepanalyze_env.core.tasks import load_task_files
-    from deepanalyze_env.offline.rundir import RunDir, RunDirError, task_fingerprint
-    from deepanalyze_env.offline.runner import NothingToRun, run_planned, scripted_labels
+    from deepanalyze_env.offline.rundir import RunDirError, RunSettings, task_fingerprint
+    from deepanalyze_env.offline.runner import NothingToRun, open_run, run_planned, scripted_labels
 
     if args.samples < 1:
         raise UsageError("--samples must be >= 1")
@@ -159,25 +168,22 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     rows = load_task_files(files, env_config.get("workspace_root"))
     policy = build_policy(args, env_config.get("action_format", "tags"))
     labels, labels_for = scripted_labels(policy, args.labels) if args.policy == "scripted" else ([], None)
-    run = None
-    if args.out:
-        settings = {
-            "tasks": [str(p) for p in files],
-            "task_fingerprint": task_fingerprint(rows),
-            "samples": args.samples,
-            "labels": labels or None,
-            "policy": policy.policy_id,
-            "policy_settings": _policy_settings(args),
-            "keep": args.keep,
-        }
-        try:
-            run = RunDir.open(args.out, settings, resume=args.resume, run_id=args.run_id)
-        except RunDirError as exc:
-            raise UsageError(str(exc))
-        env_config["records_dir"] = str(run.records_dir)
-        if keep is None and run.manifest.get("keep"):
-            keep = RecordFilter(run.manifest["keep"])
+    run: RunDir | None = None
     try:
+        if args.out:
+            settings = RunSettings(
+                kind="rollout",
+                tasks=[str(p) for p in files],
+                task_fingerprint=task_fingerprint(rows),
+                samples=args.samples,
+                labels=labels or None,
+                policy=policy.policy_id,
+                policy_settings=_policy_settings(args),
+                keep=args.keep,
+            )
+            run = open_run(args.out, settings, rows, env_config, resume=args.resume, run_id=args.run_id)
+            if keep is None and run.manifest.get("keep"):
+                keep = RecordFilter(run.manifest["keep"])
         outcome = run_planned(
             rows,
             env_config,
@@ -196,7 +202,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return _finish(outcome, run, keep)
 
 
-def _finish(outcome: Any, run: Any, keep: Any) -> int:
+def _finish(outcome: RunOutcome, run: RunDir | None, keep: RecordFilter | None) -> int:
     """Print what the run did, consolidate its folder, and choose the exit code."""
     jobs, results, failed = outcome.jobs, outcome.results, outcome.failed
     if outcome.done_before == len(jobs):
@@ -230,7 +236,7 @@ def _finish(outcome: Any, run: Any, keep: Any) -> int:
     return 1 if failed else 0
 
 
-def _policy_settings(args: argparse.Namespace) -> dict[str, Any]:
+def _policy_settings(args: argparse.Namespace) -> JsonObject:
     return {
         "kind": args.policy,
         "model": args.policy_model,
@@ -241,7 +247,7 @@ def _policy_settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def print_results(results: list[Any]) -> None:
+def print_results(results: list[EpisodeOutcome]) -> None:
     table = Table(title="episodes", show_lines=False)
     for col in ("task", "label", "reward", "status", "gate", "end", "turns", "code_pass", "components"):
         table.add_column(col, overflow="fold")
@@ -265,12 +271,12 @@ def print_results(results: list[Any]) -> None:
     console.print("status counts: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
 
 
-def print_summary(results: list[Any]) -> None:
+def print_summary(results: list[EpisodeOutcome]) -> None:
     """Per task: episodes, mean reward over scored ones, statuses — for runs too long to list."""
     table = Table(title="episodes per task")
     for col in ("task", "episodes", "mean reward (scored)", "statuses"):
         table.add_column(col, overflow="fold")
-    by_task: dict[str, list[Any]] = {}
+    by_task: dict[str, list[EpisodeOutcome]] = {}
     for r in results:
         by_task.setdefault(r.task_id, []).append(r)
     for task, items in by_task.items():

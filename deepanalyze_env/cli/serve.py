@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from deepanalyze_env.cli.common import (
+    SubParsers,
     add_limit_flags,
     add_shared_flags,
     limits_from,
@@ -18,7 +18,7 @@ from deepanalyze_env.cli.common import (
 )
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "serve",

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from rich.table import Table
 
-from deepanalyze_env.cli.common import UsageError, console, make_parser
+from deepanalyze_env.cli.common import SubParsers, UsageError, console, make_parser
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "stats",
@@ -40,7 +40,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_stats)
 
 
-def _token_counter(ref: str | None) -> Any:
+def _token_counter(ref: str | None) -> Callable[[str], int] | None:
     if not ref:
         return None
     try:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from deepanalyze_env.cli.common import make_parser
+from deepanalyze_env.cli.common import SubParsers, UsageError, make_parser
+from deepanalyze_env.core.config import ConfigError
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = make_parser(
         sub,
         "train",
@@ -32,11 +32,19 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from deepanalyze_env.learn.settings import is_pipeline_file
     from deepanalyze_env.trainers.recipes import load_recipe
 
     check = args.check or "--check" in args.overrides
     overrides = [o for o in args.overrides if o != "--check"]
-    recipe = load_recipe(args.recipe, overrides)
+    try:
+        recipe = load_recipe(args.recipe, overrides)
+    except ConfigError:
+        if is_pipeline_file(args.recipe):
+            command = " ".join(["deepanalyze-rl learn", args.recipe, *overrides])
+            message = f"{args.recipe} is a learn pipeline file, not a training recipe: run {command}"
+            raise UsageError(message) from None
+        raise
     if recipe.backend == "skyrl":
         from deepanalyze_env.trainers.skyrl.launch import train_skyrl
 

@@ -30,9 +30,10 @@ missing episodes as failures), else it stops with the stage named.
 Where it sits: above ``trainers`` and ``offline`` (it reads a training recipe's settings and
 chains the commands of both), below the CLI, whose ``learn`` command only parses its arguments
 and calls :func:`run_pipeline`; nothing below imports it. Modules: ``settings`` (the pipeline
-file), ``tasks`` (the bank slice and the split samples), ``stages`` (running, reusing and
-resuming commands), ``run`` (the stages in order and the summary), ``outputs`` (table,
-markdown, plot).
+file), ``tasks`` (the bank slice and the split samples), ``commands`` (each stage's command as
+typed settings, and the one place its argv is built), ``stages`` (running, reusing and resuming
+commands), ``summary`` (``learn.json``, read from the stages' reports through their writers'
+readers), ``run`` (the stages in order), ``outputs`` (table, markdown, plot).
 
 Output: ``learn.json`` (per-stage dev metrics, stage seconds, paired comparisons, GRPO steps),
 ``learn.md`` (the before/after table) and ``learn.png`` (the curve).

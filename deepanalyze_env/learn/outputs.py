@@ -3,23 +3,24 @@ comparisons, the warnings that make a table less than like-for-like, and the plo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.table import Table
 
 from deepanalyze_env.core.memory import gib
+from deepanalyze_env.learn.summary import Headline, LearnSummary
 
 
-def _f(value: Any) -> str:
+def _f(value: float | int | str | None) -> str:
     return "–" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-def _ci(interval: Any) -> str:
+def _ci(interval: Sequence[float] | None) -> str:
     return f"{_f(interval[0])} … {_f(interval[1])}" if interval else "–"
 
 
-def comparison_lines(summary: dict[str, Any]) -> list[str]:
+def comparison_lines(summary: LearnSummary) -> list[str]:
     """One line per pair of consecutive stages: the paired reward difference on dev."""
     lines = []
     for pair, metrics in summary["comparisons"].items():
@@ -36,17 +37,21 @@ def comparison_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def warning_lines(summary: dict[str, Any]) -> list[str]:
+def warning_lines(summary: LearnSummary) -> list[str]:
     """What makes the table less than a like-for-like comparison, said above it."""
     lines = []
-    cov = summary.get("coverage") or {}
+    cov = summary.get("coverage")
     if cov and not cov["same_tasks"]:
         lines.append(
             "NOT COMPARABLE: the stages cover different dev tasks ("
             + "; ".join(f"{stage} lacks {tasks}" for stage, tasks in cov["lacking"].items())
             + "); read the paired comparisons below, not the table's rows"
         )
-    for stage, m in {**summary["dev"], **({"test": summary["test"]} if summary.get("test") else {})}.items():
+    shown = dict(summary["dev"])
+    test = summary.get("test")
+    if test:
+        shown["test"] = test
+    for stage, m in shown.items():
         if m.get("missing"):
             lines.append(
                 f"{stage}: {m['missing']} of {m['planned']} planned episodes did not finish (tasks "
@@ -58,13 +63,13 @@ def warning_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _episodes(m: dict[str, Any]) -> str:
+def _episodes(m: Headline) -> str:
     if m.get("planned") is None:
         return f"{m['finished']} (planned ?)"
     return f"{m['finished']}/{m['planned']}"
 
 
-def table(summary: dict[str, Any]) -> Table:
+def table(summary: LearnSummary) -> Table:
     t = Table(title="dev set, before and after training", title_justify="left")
     for name, justify in (("stage", "left"), ("finished/planned", "right"), ("format gate", "right")):
         t.add_column(name, justify=justify)
@@ -83,7 +88,7 @@ def table(summary: dict[str, Any]) -> Table:
     return t
 
 
-def memory_line(summary: dict[str, Any]) -> str | None:
+def memory_line(summary: LearnSummary) -> str | None:
     """Each stage's peak memory (PSS of its process tree) and the run's largest, in one line."""
     memory = summary.get("memory") or {}
     if not memory:
@@ -93,7 +98,7 @@ def memory_line(summary: dict[str, Any]) -> str | None:
     return f"Stage peak memory (PSS of the process tree): {peaks}; the run's peak {gib(top)}"
 
 
-def markdown(summary: dict[str, Any]) -> str:
+def markdown(summary: LearnSummary) -> str:
     lines = [f"**{line}**\n" for line in warning_lines(summary)]
     lines += [
         "Figures are over every planned episode; one that did not finish counts as a failed gate.\n",
@@ -114,7 +119,7 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(summary: dict[str, Any], png: Path) -> None:
+def plot(summary: LearnSummary, png: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

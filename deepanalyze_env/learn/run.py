@@ -1,27 +1,37 @@
-"""The pipeline's run: which stages, in which order, with which arguments, and the summary
-(``learn.json``) built from their reports."""
+"""The pipeline's run: which stages, in which order, with which settings (``commands.py`` turns
+them into command lines), and the summary (``learn.json``) built from their reports."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 from rich.rule import Rule
 
 from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.contracts import JsonObject
+from deepanalyze_env.learn.commands import BankCommand, EvalCommand, RolloutCommand, TrainCommand
 from deepanalyze_env.learn.outputs import markdown, plot
 from deepanalyze_env.learn.settings import Pipeline
 from deepanalyze_env.learn.stages import Stages, console, eval_gap, model_inputs, rollout_gap
+from deepanalyze_env.learn.summary import (
+    GrpoStep,
+    Headline,
+    LearnSummary,
+    SampledHeadline,
+    compare_stages,
+    coverage,
+    grpo_steps,
+    headline,
+)
 from deepanalyze_env.learn.tasks import bank_folder, sample_tasks, select_tasks
 from deepanalyze_env.trainers.recipes import load_recipe
 
 
-def eval_argv(
+def eval_command(
     pipe: Pipeline,
     model: str,
     tasks: Path,
@@ -31,18 +41,43 @@ def eval_argv(
     samples: int | None = None,
     temperature: float | None = None,
     max_tokens: int | None = None,
-) -> list[str]:
+) -> EvalCommand:
+    """An eval of ``model`` with the pipeline's eval settings (``samples``, ``temperature`` and
+    ``max_tokens`` replace them for a sampled pass) and its chat template."""
     e = pipe.eval
-    samples = e.samples if samples is None else samples
-    temperature = e.temperature if temperature is None else temperature
-    max_tokens = e.max_tokens if max_tokens is None else max_tokens
-    argv = ["eval", "--model", model, "--tasks", str(tasks), "--samples", str(samples), "--out", str(out)]
-    argv += ["--config", str(config), "--max-tokens", str(max_tokens), "--temperature", str(temperature)]
-    if pipe.chat_template_kwargs:
-        argv += ["--chat-template-kwargs", json.dumps(pipe.chat_template_kwargs, sort_keys=True)]
-    if pipe.chat_template:
-        argv += ["--chat-template", pipe.chat_template]
-    return [*argv, "--concurrency", str(e.concurrency)]
+    return EvalCommand(
+        model=model,
+        tasks=tasks,
+        out=out,
+        config=config,
+        samples=e.samples if samples is None else samples,
+        max_tokens=e.max_tokens if max_tokens is None else max_tokens,
+        temperature=e.temperature if temperature is None else temperature,
+        concurrency=e.concurrency,
+        chat_template_kwargs=pipe.chat_template_kwargs,
+        chat_template=pipe.chat_template,
+    )
+
+
+@dataclass(frozen=True)
+class GrpoSampling:
+    """How the GRPO recipe samples (the one lookup of its temperature and turn budget): a sampled
+    pass that should see what GRPO's groups see uses the same."""
+
+    temperature: float  # the recipe's trl.temperature (TRL's default 1.0)
+    max_tokens: int  # the recipe's rollout.max_turn_tokens, else the pipeline's eval budget
+    budget_check: bool  # whether the recipe names its own rollout.budget_check
+
+    @classmethod
+    def of(cls, pipe: Pipeline) -> GrpoSampling:
+        if pipe.grpo is None:
+            return cls(float(pipe.eval.temperature), int(pipe.eval.max_tokens), False)
+        recipe = load_recipe(pipe.grpo.recipe, pipe.grpo.overrides())
+        return cls(
+            temperature=float(recipe.trl.get("temperature", 1.0)),
+            max_tokens=int(recipe.rollout.get("max_turn_tokens") or pipe.eval.max_tokens),
+            budget_check=bool(recipe.rollout.get("budget_check")),
+        )
 
 
 def grpo_inputs(
@@ -54,7 +89,7 @@ def grpo_inputs(
     the reference episodes) against GRPO's budgets, unless the recipe names its own."""
     assert pipe.grpo is not None
     pool, extra = files["train"], []
-    recipe = load_recipe(pipe.grpo.recipe, pipe.grpo.overrides())
+    sampling = GrpoSampling.of(pipe)
     budget_source = next(
         (p for p in (out / "eval-sft", out / "reference") if (p / "episodes.jsonl").is_file()), None
     )
@@ -65,69 +100,61 @@ def grpo_inputs(
             pool = out / "tasks" / "grpo.jsonl"
             chosen = sample_tasks(tasks, cur.tasks, pipe.seed + 100)
             pool.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in chosen))
-        temperature = cur.temperature if cur.temperature is not None else recipe.trl.get("temperature", 1.0)
-        max_tokens = cur.max_tokens or recipe.rollout.get("max_turn_tokens") or pipe.eval.max_tokens
-        argv = eval_argv(
+        command = eval_command(
             pipe,
             model,
             pool,
             out / "estimate",
             config,
             samples=cur.samples,
-            temperature=float(temperature),
-            max_tokens=int(max_tokens),
+            temperature=float(cur.temperature if cur.temperature is not None else sampling.temperature),
+            max_tokens=int(cur.max_tokens or sampling.max_tokens),
         )
         stages.run(
             "estimate",
             "success estimate: the SFT model sampled on GRPO's tasks (seeds the curriculum)",
-            argv,
+            command,
             out / "estimate",
             [pool, config, *model_inputs(model)],
-            resumable=True,
             check=eval_gap,
         )
         extra += ["curriculum.kind=success_rate", f"curriculum.from_records={out / 'estimate'}"]
         extra += [f"curriculum.{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in cur.set.items()]
         budget_source = out / "estimate"
     # the budget check reads our rollout_func's budgets; the tools format runs TRL's own tool loop
-    if budget_source is not None and not recipe.rollout.get("budget_check") and not pipe.tools:
+    if budget_source is not None and not sampling.budget_check and not pipe.tools:
         extra.append(f"rollout.budget_check={budget_source}")
     return pool, extra
 
 
 def sampled_eval(
     pipe: Pipeline, stages: Stages, model: str, files: dict[str, Path], config: Path
-) -> dict[str, Any]:
+) -> SampledHeadline:
     """``eval.sampled_k`` episodes per dev task of ``model`` (the after-SFT one) at the GRPO
     recipe's temperature and turn budget (``eval-sampled/``): its pass@k is what GRPO's groups
     can find, so it bounds the pass@1 that GRPO can sharpen towards."""
     out = Path(pipe.output_dir) / "eval-sampled"
-    temperature, max_tokens = pipe.eval.temperature, pipe.eval.max_tokens
-    if pipe.grpo is not None:
-        recipe = load_recipe(pipe.grpo.recipe, pipe.grpo.overrides())
-        temperature = recipe.trl.get("temperature", 1.0)
-        max_tokens = recipe.rollout.get("max_turn_tokens") or max_tokens
-    argv = eval_argv(
+    sampling = GrpoSampling.of(pipe)
+    command = eval_command(
         pipe,
         model,
         files["dev"],
         out,
         config,
         samples=pipe.eval.sampled_k,
-        temperature=float(temperature),
-        max_tokens=int(max_tokens),
+        temperature=sampling.temperature,
+        max_tokens=sampling.max_tokens,
     )
-    label = f"dev eval: {pipe.eval.sampled_k} sampled episodes per task at temperature {temperature}"
+    label = f"dev eval: {pipe.eval.sampled_k} sampled episodes per task at temperature {sampling.temperature}"
     stages.run(
         "eval_sampled",
         label,
-        argv,
+        command,
         out,
         [files["dev"], config, *model_inputs(model)],
-        resumable=True,
         check=eval_gap,
     )
-    return headline(out) | {"temperature": float(temperature), "k": pipe.eval.sampled_k}
+    return {**headline(out), "temperature": sampling.temperature, "k": pipe.eval.sampled_k}
 
 
 def template_override(pipe: Pipeline) -> list[str]:
@@ -140,37 +167,6 @@ def template_override(pipe: Pipeline) -> list[str]:
     return out
 
 
-def headline(eval_dir: Path) -> dict[str, Any]:
-    """A stage's dev figures, over its planned episodes (a missing one counts as a failed gate;
-    ``planned``/``finished``/``missing`` say how many there were)."""
-    report = json.loads((eval_dir / "report.json").read_text())
-    overall = report["overall"]
-    counts = report.get("episodes") or {}
-    return {
-        "reward_mean": overall["reward_mean"],
-        "reward_ci95": overall["reward_ci95"],
-        "format_gate_pass_rate": overall["format_gate_pass_rate"],
-        "accuracy": overall["pass_at"]["1"]["value"] if "1" in overall.get("pass_at", {}) else None,
-        "episodes": overall["episodes"],
-        "planned": counts.get("planned"),
-        "finished": counts.get("finished", overall["episodes"]),
-        "missing": counts.get("missing"),
-        "missing_tasks": counts.get("missing_tasks", []),
-        "task_ids": counts.get("tasks", []),
-        "status_rates": overall["status_rates"],
-        "pass_at": {k: v["value"] for k, v in overall.get("pass_at", {}).items()},
-    }
-
-
-def coverage(dev: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Whether every stage's figures are over the same tasks (the before/after table is only a
-    comparison if they are); otherwise which tasks each stage lacks or adds."""
-    sets = {stage: set(m.get("task_ids") or []) for stage, m in dev.items()}
-    union = set().union(*sets.values()) if sets else set()
-    lacking = {stage: sorted(union - s) for stage, s in sets.items() if union - s}
-    return {"same_tasks": not lacking, "tasks": len(union), "lacking": lacking}
-
-
 @dataclass
 class Run:
     """What the stages of one pipeline run share: the run folder, the stage runner, the task
@@ -181,13 +177,13 @@ class Run:
     stages: Stages
     bank: Path
     files: dict[str, Path]
-    env: dict[str, Any]
+    env: JsonObject
     config: Path
     model: str
-    dev: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> dev headline
+    dev: dict[str, Headline] = field(default_factory=dict)  # stage -> dev headline
     order: list[str] = field(default_factory=list)  # the stages in ``dev``, in run order
 
-    def evaluate(self, name: str, title: str, split: str = "dev") -> dict[str, Any]:
+    def evaluate(self, name: str, title: str, split: str = "dev") -> Headline:
         """A greedy (eval settings) eval of the current model on a split, ``eval-<name>/``; its
         headline, also recorded as a dev stage when the split is dev."""
         folder = self.out / f"eval-{name}"
@@ -195,10 +191,9 @@ class Run:
         self.stages.run(
             f"eval_{name}",
             title,
-            eval_argv(self.pipe, self.model, tasks, folder, self.config),
+            eval_command(self.pipe, self.model, tasks, folder, self.config),
             folder,
             [tasks, self.config, *model_inputs(self.model)],
-            resumable=True,
             check=eval_gap,
         )
         figures = headline(folder)
@@ -211,17 +206,12 @@ class Run:
 def bank_stage(pipe: Pipeline, stages: Stages) -> Path:
     """The bank slice's folder, built once (a cached bank is reused without a stage)."""
     bank = bank_folder(pipe.bank)
-    argv = ["bank", "build", "--out", str(bank)]
-    for key in ("families", "tables"):
-        if pipe.bank.get(key):
-            argv += [f"--{key}", *sorted(pipe.bank[key])]
-    if "seed" in pipe.bank:
-        argv += ["--seed", str(pipe.bank["seed"])]
+    command = BankCommand(bank, pipe.bank.families, pipe.bank.tables, pipe.bank.seed)
     if (bank / "manifest.json").is_file():
         console.print(Rule("[bold]task bank[/bold]"))
         console.print(f"reused: the bank in {bank}")
     else:
-        stages.run("bank", "task bank (built once, then cached)", argv)
+        stages.run("bank", "task bank (built once, then cached)", command)
     return bank
 
 
@@ -230,71 +220,58 @@ def sft_stages(run: Run) -> None:
     pipe, out = run.pipe, run.out
     assert pipe.sft is not None
     reference = out / "reference"
-    argv = ["rollout", "--policy", "scripted", "--labels", "good"]
-    argv += ["--trajectories", str(run.bank / "trajectories.jsonl"), "--tasks", str(run.files["train"])]
+    trajectories = run.bank / "trajectories.jsonl"
     # the same env as the evals: a reference longer than max_turns is cut before its answer,
     # fails the gate and is not SFT data (it would teach the policy to run out of turns)
-    argv += ["--config", str(run.config), "--out", str(reference)]
-    argv += ["--keep", 'reward_status == "scored" and format_ok']
+    command = RolloutCommand(trajectories, run.files["train"], run.config, reference)
     run.stages.run(
         "reference",
         "SFT data: the train tasks' reference episodes through the env",
-        argv,
+        command,
         reference,
-        [run.files["train"], run.config, run.bank / "trajectories.jsonl"],
-        resumable=True,
+        [run.files["train"], run.config, trajectories],
         check=rollout_gap,
     )
     sft_dir = out / "sft"
-    argv = ["train", pipe.sft.recipe, f"output_dir={sft_dir}", f"model={run.model}"]
-    argv += [f"data=[{reference / 'kept.jsonl'}]", *pipe.sft.overrides(), *template_override(pipe)]
+    train = TrainCommand(
+        pipe.sft.recipe,
+        sft_dir,
+        run.model,
+        reference / "kept.jsonl",
+        overrides=(*pipe.sft.overrides(), *template_override(pipe)),
+    )
     inputs = [Path(pipe.sft.recipe), reference / "kept.jsonl", *model_inputs(run.model)]
-    run.stages.run("sft", "SFT warm start", argv, sft_dir, inputs)
+    run.stages.run("sft", "SFT warm start", train, sft_dir, inputs)
     run.model = str(sft_dir)
     if pipe.eval.after_sft or pipe.grpo is None:
         run.evaluate("sft", "dev eval: after SFT")
 
 
-GRPO_STEP_KEYS = (
-    "step",
-    "reward_mean",
-    "components",
-    "status_counts",
-    "rollout_seconds",
-    "time",
-    "teach",
-    "memory",
-)
-
-
-def grpo_steps(metrics: Path) -> list[dict[str, Any]]:
-    """GRPO's per-step figures from its ``metrics.jsonl`` (none when it wrote no file)."""
-    if not metrics.is_file():
-        return []
-    lines = filter(str.strip, metrics.read_text().splitlines())
-    return [{k: s.get(k) for k in GRPO_STEP_KEYS} for s in map(json.loads, lines)]
-
-
-def grpo_stages(run: Run) -> list[dict[str, Any]]:
+def grpo_stages(run: Run) -> list[GrpoStep]:
     """GRPO from the current model (after the estimate and budget check), then its dev eval;
     returns GRPO's per-step figures."""
     pipe, out = run.pipe, run.out
     assert pipe.grpo is not None
     grpo_dir = out / "grpo"
     pool, extra = grpo_inputs(pipe, run.stages, run.model, run.files, out, run.config)
-    argv = ["train", pipe.grpo.recipe, f"output_dir={grpo_dir}", f"model={run.model}"]
-    argv += [f"data=[{pool}]", f"env={json.dumps(run.env)}"]
-    argv += [*pipe.grpo.overrides(), *extra, *template_override(pipe)]
+    train = TrainCommand(
+        pipe.grpo.recipe,
+        grpo_dir,
+        run.model,
+        pool,
+        env=run.env,
+        overrides=(*pipe.grpo.overrides(), *extra, *template_override(pipe)),
+    )
     inputs = [Path(pipe.grpo.recipe), pool, *model_inputs(run.model)]
     if pipe.curriculum is not None:
         inputs.append(out / "estimate" / "episodes.jsonl")
-    run.stages.run("grpo", "GRPO", argv, grpo_dir, inputs)
+    run.stages.run("grpo", "GRPO", train, grpo_dir, inputs)
     run.model = str(grpo_dir)
     run.evaluate("grpo", "dev eval: after GRPO")
     return grpo_steps(grpo_dir / "metrics.jsonl")
 
 
-def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
+def run_pipeline(pipe: Pipeline, fresh: bool = False) -> LearnSummary:
     """Run every stage; returns the summary also written to ``learn.json``."""
     out = Path(pipe.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -304,7 +281,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
     files = select_tasks(pipe, bank, out)
     if "dev" not in files or "train" not in files:
         raise ConfigError(f"{pipe.source}: a pipeline needs train and dev tasks")
-    env = {"workspace_root": str(bank), **pipe.env}
+    env: JsonObject = {"workspace_root": str(bank), **pipe.env}
     config = out / "env.yaml"
     config.write_text(yaml.safe_dump(env))
     run = Run(pipe, out, stages, bank, files, env, config, model=pipe.model)
@@ -317,7 +294,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
     steps = grpo_stages(run) if pipe.grpo is not None else []
     test = run.evaluate("test", "test eval: the last model, once", split="test") if "test" in files else None
 
-    summary = {
+    summary: LearnSummary = {
         "pipeline": pipe.source,
         "coverage": coverage(run.dev),
         "model": run.model,
@@ -330,28 +307,9 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> dict[str, Any]:
         "comparisons": compare_stages(out, run.order),
         "grpo_steps": steps,
         "seconds": stages.seconds | {"total": round(time.monotonic() - start, 1)},
-        # each stage's peak memory (its whole process tree: kernel workers included); PSS counts
-        # a page shared by several processes once
         "memory": stages.memory,
     }
     (out / "learn.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "learn.md").write_text(markdown(summary))
     plot(summary, out / "learn.png")
     return summary
-
-
-def compare_stages(out: Path, order: list[str]) -> dict[str, Any]:
-    """Paired per-task comparisons of each stage with the one before it (dev), over planned
-    episodes (missing ones as failures), naming the tasks that had no partner."""
-    from deepanalyze_env.offline.eval_report import compare_runs, load_eval
-
-    result = {}
-    for a, b in itertools.pairwise(order):
-        runs = [load_eval(out / f"eval-{name}")[0] for name in (a, b)]
-        compared = compare_runs(*runs)
-        result[f"{a}->{b}"] = {
-            **compared["metrics"],
-            "only_in_a": compared["only_in_a"],
-            "only_in_b": compared["only_in_b"],
-        }
-    return result

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from deepanalyze_env.core.config import ConfigError, EnvConfig
+from deepanalyze_env.core.contracts import JsonObject, JsonValue
 from deepanalyze_env.trainers.recipes import load_recipe
 
 SPLITS = ("train", "dev", "test")
@@ -43,7 +43,7 @@ class CurriculumSettings:
     samples: int = 4  # episodes per task in the pass
     temperature: float | None = None  # None: the GRPO recipe's trl.temperature (TRL's default 1.0)
     max_tokens: int | None = None  # per turn; None: the GRPO recipe's rollout.max_turn_tokens, else eval's
-    set: dict[str, Any] = field(default_factory=dict)  # curriculum fields (kind: success_rate implied)
+    set: dict[str, JsonValue] = field(default_factory=dict)  # curriculum fields (kind: success_rate implied)
 
 
 @dataclass
@@ -51,7 +51,7 @@ class StageRecipe:
     """A training stage: a recipe file (relative to the pipeline file) and overrides on top."""
 
     recipe: str
-    set: dict[str, Any] = field(default_factory=dict)  # dotted recipe key -> value
+    set: dict[str, JsonValue] = field(default_factory=dict)  # dotted recipe key -> value
 
     def overrides(self) -> list[str]:
         """``key=value`` arguments for ``train``: one per leaf, so an override changes one key
@@ -59,11 +59,11 @@ class StageRecipe:
         return [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in self.set.items()]
 
 
-def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(mapping: JsonObject, prefix: str = "") -> dict[str, JsonValue]:
     """``{"trl": {"beta": 0}, "trl.lr": 1}`` -> ``{"trl.beta": 0, "trl.lr": 1}``: a stage's ``set``
     may be written nested (YAML) or dotted (the file, or ``grpo.set.trl.beta=0`` on the command
     line, which arrives nested)."""
-    out: dict[str, Any] = {}
+    out: dict[str, JsonValue] = {}
     for key, value in mapping.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
@@ -73,22 +73,49 @@ def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True)
+class BankSlice:
+    """Which part of the task bank the pipeline builds and samples from (``bank build``'s flags)."""
+
+    families: tuple[str, ...] = ()  # none: every family
+    tables: tuple[str, ...] = ()  # none: every table
+    seed: int | None = None  # None: the bank's default seed
+
+    @classmethod
+    def load(cls, section: JsonValue, where: str) -> BankSlice:
+        if not isinstance(section, dict):
+            raise ConfigError(f"{where}: bank must be a mapping (families, tables, seed)")
+        unknown = [k for k in section if k not in ("families", "tables", "seed")]
+        if unknown:
+            raise ConfigError(f"{where}: unknown key bank.{unknown[0]} (known: families, tables, seed)")
+        names = {}
+        for key in ("families", "tables"):
+            value = section.get(key) or []
+            if not isinstance(value, list):
+                raise ConfigError(f"{where}: bank.{key} must be a list of names")
+            names[key] = tuple(str(v) for v in value)
+        seed = section.get("seed")
+        if seed is not None and not isinstance(seed, int):
+            raise ConfigError(f"{where}: bank.seed must be an integer")
+        return cls(names["families"], names["tables"], seed)
+
+
 @dataclass
 class Pipeline:
     """A ``learn`` pipeline file (``recipes/learn_cpu.yaml`` documents every key)."""
 
     output_dir: str
     model: str = "embedded:smollm2"
-    bank: dict[str, Any] = field(default_factory=dict)  # seed, families, tables (none: all)
+    bank: BankSlice = field(default_factory=BankSlice)
     tasks: dict[str, int] = field(default_factory=dict)  # split -> how many tasks (0: none)
-    env: dict[str, Any] = field(default_factory=dict)
+    env: JsonObject = field(default_factory=dict)  # the env config (EnvConfig's keys), checked on load
     eval: EvalSettings = field(default_factory=EvalSettings)
     sft: StageRecipe | None = None
     grpo: StageRecipe | None = None
     curriculum: CurriculumSettings | None = None  # None: GRPO samples tasks as its recipe says
     seed: int = 0  # the task sample
     # chat template arguments for every stage's prompts (SFT, evals, GRPO): Qwen3's enable_thinking
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    chat_template_kwargs: JsonObject = field(default_factory=dict)
     # a chat template for every stage (``trl:NAME`` or a file, relative to the pipeline file):
     # ``env.action_format: tools`` needs one that renders tool calls
     chat_template: str | None = None
@@ -167,7 +194,7 @@ class Pipeline:
         pipe = cls(
             output_dir=str(tree["output_dir"]),
             model=str(tree.get("model", cls.model)),
-            bank=dict(tree.get("bank") or {}),
+            bank=BankSlice.load(tree.get("bank") or {}, str(path)),
             tasks={k: int(v) for k, v in (tree.get("tasks") or {}).items()},
             env=env,
             eval=settings,
@@ -188,7 +215,7 @@ class Pipeline:
         return pipe
 
 
-def _template_ref(ref: Any, path: Path) -> str | None:
+def _template_ref(ref: JsonValue, path: Path) -> str | None:
     """The pipeline's ``chat_template`` as the stages take it: ``trl:NAME`` as is, a file made
     absolute against the pipeline file's folder (the stages run elsewhere); checked now."""
     if ref is None:
@@ -200,7 +227,7 @@ def _template_ref(ref: Any, path: Path) -> str | None:
     return ref if ref.startswith("trl:") else str((path.parent / Path(ref).expanduser()).resolve())
 
 
-def template_kwargs(pipe: Pipeline) -> dict[str, Any]:
+def template_kwargs(pipe: Pipeline) -> JsonObject:
     """The chat template arguments every stage renders prompts with: the pipeline's
     ``chat_template_kwargs``, else the one its SFT and GRPO recipes set (``trl.chat_template_kwargs``;
     two different ones are an error), so SFT, the evals and the GRPO rollout see the same prompts."""
@@ -220,3 +247,14 @@ def template_kwargs(pipe: Pipeline) -> dict[str, Any]:
             f"({found['sft']} vs {found['grpo']}); set the pipeline's chat_template_kwargs for both"
         )
     return next(iter(found.values()), {})
+
+
+def is_pipeline_file(path: str | Path) -> bool:
+    """Whether ``path`` is a ``learn`` pipeline file (no ``backend``, only pipeline keys): what
+    ``train`` says when it is given one instead of a recipe."""
+    try:
+        tree = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    known = {f.name for f in fields(Pipeline)} - {"source"}
+    return isinstance(tree, dict) and "backend" not in tree and bool(tree) and set(tree) <= known

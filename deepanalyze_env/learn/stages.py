@@ -1,5 +1,13 @@
 """Stages: each one an ordinary ``deepanalyze-rl`` command in its own process, identified by its
-arguments and the contents of what it reads, reused or resumed from ``stages.json``."""
+arguments and the contents of what it reads, reused or resumed from ``stages.json``.
+
+Why separate processes rather than calls in this one (docs/design.md, the learn pipeline): a
+stage's memory (a trainer, an eval policy's model) goes back to the system when it ends, a stage
+that crashes or is killed by the out-of-memory killer takes only itself down, with its exit
+named, and ``stages.json`` keeps each stage's command line, which a user can rerun by hand. The
+commands are typed (``commands.py``) and their results are read through the readers of the
+modules that write them (``offline/eval_report.read_report``, ``trainers/trl/train.read_step_lines``).
+"""
 
 from __future__ import annotations
 
@@ -12,12 +20,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from rich.console import Console
 from rich.rule import Rule
 
 from deepanalyze_env.core.memory import PeakFigures, gib, host_oom_kills, overall, wait_measuring
+from deepanalyze_env.learn.commands import StageCommand, command_line, identity, resumed
 
 # the pipeline's progress, as the commands it runs print theirs (a fixed width when piped to a log)
 console = Console(width=None if sys.stdout.isatty() else 150)
@@ -26,12 +35,6 @@ console = Console(width=None if sys.stdout.isatty() else 150)
 class StageFailed(Exception):
     """A stage that ended without a result the pipeline can read (it crashed, or wrote no
     report); the message names the stage and the command that reruns it by hand."""
-
-
-def _key(argv: list[str]) -> list[str]:
-    """A stage's arguments less ``--resume`` (added when a folder holds part of the same stage,
-    which does not change what the stage produces)."""
-    return [a for a in argv if a != "--resume"]
 
 
 FULL_HASH_BYTES = 64 * 2**20  # files up to this size are hashed whole
@@ -86,6 +89,17 @@ def _digests(inputs: Sequence[Path]) -> dict[str, str]:
     return {str(p): content_digest(p) for p in inputs if p.exists()}
 
 
+class StageEntry(TypedDict):
+    """One stage in ``stages.json``: its command line (less ``--resume``), its inputs' digests,
+    its seconds (None: started, not finished) and peak memory, and why it is incomplete."""
+
+    argv: list[str]
+    inputs: dict[str, str]
+    seconds: float | None
+    memory: NotRequired[PeakFigures]
+    incomplete: NotRequired[str]
+
+
 class Stages:
     """Runs commands as stages, reusing those whose arguments are unchanged (``stages.json``).
 
@@ -97,7 +111,7 @@ class Stages:
 
     def __init__(self, out: Path, fresh: bool) -> None:
         self.path = out / "stages.json"
-        self.done: dict[str, Any] = (
+        self.done: dict[str, StageEntry] = (
             {} if fresh or not self.path.is_file() else json.loads(self.path.read_text())
         )
         self.seconds: dict[str, float] = {}
@@ -108,27 +122,26 @@ class Stages:
         self,
         name: str,
         title: str,
-        argv: list[str],
+        command: StageCommand,
         outputs: Path | None = None,
         inputs: Sequence[Path] = (),
-        resumable: bool = False,
         check: Callable[[Path, float], Gap | None] | None = None,
     ) -> None:
+        """Run ``command`` as stage ``name``, or reuse or resume it (see the class); an eval or
+        rollout (``command.resumable``) that ends incomplete is tried once more at once."""
         console.print(Rule(f"[bold]{title}[/bold]"))
         digests = _digests(inputs)
         previous = self.done.get(name)
-        same = (
-            previous is not None
-            and _key(previous["argv"]) == _key(argv)
-            and previous.get("inputs", {}) == digests
-        )
-        finished = same and previous.get("seconds") is not None
+        argv = identity(command)
+        same = previous is not None and previous["argv"] == argv and previous.get("inputs", {}) == digests
+        finished = same and previous is not None and previous.get("seconds") is not None
         if not self.stale and finished and (outputs is None or outputs.exists()):
             console.print(f"reused: {name} (finished earlier with the same arguments and inputs)")
             self.seconds[name] = previous["seconds"]
             if previous.get("memory"):
                 self.memory[name] = previous["memory"]
             return
+        resumable = command.resumable
         resume = (
             resumable and not self.stale and same and outputs is not None and (outputs / "run.json").is_file()
         )
@@ -136,12 +149,12 @@ class Stages:
         if outputs is not None and outputs.exists() and not resume:
             shutil.rmtree(outputs)  # another stage's arguments, inputs or model made it: start clean
         if resume:
-            argv = [*argv, "--resume"]
+            command = resumed(command)
             console.print(f"resuming: {name} (started earlier with the same identity, not complete)")
-        self.done[name] = {"argv": _key(argv), "inputs": digests, "seconds": None}  # started
+        self.done[name] = {"argv": argv, "inputs": digests, "seconds": None}  # started
         self._save()
         start = time.monotonic()
-        gap = self._execute(name, argv, outputs, check)
+        gap = self._execute(name, command, outputs, check)
         if gap is not None and resumable and outputs is not None:
             # an incomplete or crashed stage is not done: one more try, resuming what it has
             if (outputs / "run.json").is_file():
@@ -150,7 +163,7 @@ class Stages:
                     "episodes (--resume)",
                     highlight=False,
                 )
-                argv = argv if "--resume" in argv else [*argv, "--resume"]
+                command = resumed(command)
             else:
                 console.print(
                     f"[yellow]stage {name} did not start a run[/yellow] ({gap.reason}): rerunning it in a "
@@ -159,7 +172,7 @@ class Stages:
                 )
                 if outputs.exists():
                     shutil.rmtree(outputs)
-            gap = self._execute(name, argv, outputs, check)
+            gap = self._execute(name, command, outputs, check)
         seconds = round(time.monotonic() - start, 1)
         self.seconds[name] = seconds
         if gap is None:
@@ -170,7 +183,7 @@ class Stages:
         self.done[name]["incomplete"] = gap.reason
         self._save()
         if not gap.usable:
-            raise StageFailed(f"stage {name} failed ({gap.reason}): deepanalyze-rl {' '.join(argv)}")
+            raise StageFailed(f"stage {name} failed ({gap.reason}): {command_line(command)}")
         console.print(
             f"[red]stage {name} is still incomplete[/red] ({gap.reason}); its figures count what is "
             "missing as failures, and the next learn run resumes it",
@@ -183,18 +196,18 @@ class Stages:
     def _execute(
         self,
         name: str,
-        argv: list[str],
+        command: StageCommand,
         outputs: Path | None,
         check: Callable[[Path, float], Gap | None] | None,
     ) -> Gap | None:
         """Run the stage's command once, measuring its process tree's peak memory; what is
         missing from its result, or None when complete."""
-        console.print("deepanalyze-rl " + " ".join(argv), style="dim", markup=False, highlight=False)
+        console.print(command_line(command), style="dim", markup=False, highlight=False)
         since = time.time()
         ooms = host_oom_kills()
         # its own process: every stage loads a model, and memory a finished stage held (a trainer,
         # an eval policy) goes back to the system before the next one starts
-        code, peak = run_command(argv)
+        code, peak = run_command(command)
         if peak is not None:
             if name in self.memory:  # a retried stage: its peak over both tries
                 peak = overall({"first": self.memory[name], "retry": peak}) or peak
@@ -216,9 +229,9 @@ class Stages:
         return None
 
 
-def run_command(argv: list[str]) -> tuple[int, PeakFigures | None]:
+def run_command(command: StageCommand) -> tuple[int, PeakFigures | None]:
     """``deepanalyze-rl ARGV`` in its own process: its exit code and its process tree's peak."""
-    proc = subprocess.Popen([sys.executable, "-m", "deepanalyze_env.cli", *argv])
+    proc = subprocess.Popen([sys.executable, "-m", "deepanalyze_env.cli", *command.argv()])
     return wait_measuring(proc)
 
 
@@ -259,11 +272,13 @@ class Gap:
 
 def eval_gap(folder: Path, since: float) -> Gap | None:
     """An eval is complete when it wrote its report in this run and no planned episode is missing."""
+    from deepanalyze_env.offline.eval_report import read_report
+
     report = folder / "report.json"
     if not report.is_file() or report.stat().st_mtime < since:
         return Gap("it wrote no report: it crashed", usable=False)
-    counts = json.loads(report.read_text()).get("episodes") or {}
-    if counts.get("missing"):
+    counts = read_report(folder)["episodes"]
+    if counts["missing"]:
         return Gap(f"{counts['missing']} of {counts['planned']} planned episodes did not finish", usable=True)
     return None
 

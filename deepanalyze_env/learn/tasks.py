@@ -8,34 +8,33 @@ import json
 import random
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 from deepanalyze_env.core.config import ConfigError
-from deepanalyze_env.learn.settings import SPLITS, Pipeline
+from deepanalyze_env.core.contracts import JsonObject
+from deepanalyze_env.learn.settings import SPLITS, BankSlice, Pipeline
 
 
-def bank_folder(bank: dict[str, Any]) -> Path:
+def bank_folder(bank: BankSlice) -> Path:
     """The whole bank's cache folder, or a sibling keyed by the selected families and tables."""
     from deepanalyze_env.offline.bank.build import DEFAULT_SEED, cache_folder
 
-    seed = int(bank.get("seed", DEFAULT_SEED))
-    base = cache_folder(seed)
-    picks = {k: sorted(bank[k]) for k in ("families", "tables") if bank.get(k)}
+    base = cache_folder(DEFAULT_SEED if bank.seed is None else bank.seed)
+    picks = {k: sorted(v) for k, v in (("families", bank.families), ("tables", bank.tables)) if v}
     if not picks:
         return base
     key = hashlib.sha256(json.dumps(picks, sort_keys=True).encode()).hexdigest()[:10]
     return base.with_name(f"{base.name}-{key}")
 
 
-def needs_judge(task: dict[str, Any]) -> bool:
+def needs_judge(task: JsonObject) -> bool:
     from deepanalyze_env.core.profiles import PROFILES
 
     return PROFILES["v1"].build_plan(task["reward_spec"]).needs_judge
 
 
-def sample_tasks(tasks: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
+def sample_tasks(tasks: list[JsonObject], n: int, seed: int) -> list[JsonObject]:
     """``n`` tasks, family-stratified: families take turns, each in a seeded shuffled order."""
-    by_family: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_family: dict[str, list[JsonObject]] = defaultdict(list)
     for task in tasks:
         by_family[str(task.get("family", ""))].append(task)
     rng = random.Random(seed)
@@ -44,7 +43,7 @@ def sample_tasks(tasks: list[dict[str, Any]], n: int, seed: int) -> list[dict[st
         items = list(by_family[family])
         rng.shuffle(items)
         queues.append(items)
-    picked: list[dict[str, Any]] = []
+    picked: list[JsonObject] = []
     while len(picked) < n and any(queues):
         for queue in queues:
             if queue and len(picked) < n:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from deepanalyze_env.core.records import load_run, own_turn_indices
+from deepanalyze_env.offline.eval_schema import EvalReport
 from deepanalyze_env.offline.rundir import read_plan
 from rewards import ACCURACY_COMPONENTS
 from rewards import accuracy_component as first_accuracy_component
@@ -627,4 +628,10 @@ def write_report(
     write_json(folder / "report.json", report)
     (folder / "report.md").write_text(report_markdown(report, f"Eval: {folder}"))
     plot_report(report, folder / "report.png")
+    return report
+
+
+def read_report(folder: Path) -> EvalReport:
+    """An eval folder's ``report.json`` as :func:`write_report` wrote it."""
+    report: EvalReport = json.loads((folder / "report.json").read_text())
     return report

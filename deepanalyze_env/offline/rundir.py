@@ -23,10 +23,11 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Literal, TypedDict
 
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.core.records import (
     EPISODES_FILE,
     RECORDS_SUBDIR,
@@ -36,6 +37,9 @@ from deepanalyze_env.core.records import (
     task_hash,
 )
 from deepanalyze_env.core.tasks import env_extras
+
+if TYPE_CHECKING:
+    from deepanalyze_env.offline.rollout import EpisodeJob
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +54,24 @@ class RunDirError(ValueError):
     """The folder cannot hold (or resume) this run; the message says what to do."""
 
 
-def task_fingerprint(rows: Sequence[dict[str, Any]]) -> str:
+def task_fingerprint(rows: Sequence[JsonObject]) -> str:
     items = [[str(r.get("task_id")), task_hash(env_extras(r)), r.get("prompt")] for r in rows]
     return hashlib.sha256(json.dumps(items, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run is, as ``run.json`` records it: the tasks, how many samples of each, the policy
+    and its settings. A resumed run must share the :data:`PINNED` ones with the run it finishes."""
+
+    kind: Literal["rollout", "eval", "collect"]
+    tasks: list[str]  # the task files, as given
+    task_fingerprint: str  # of the loaded rows (:func:`task_fingerprint`): same ids, same tasks
+    samples: int
+    labels: list[str] | None  # a scripted policy's trajectory labels
+    policy: str  # the policy id
+    policy_settings: JsonObject
+    keep: str | None = None  # the record filter behind ``kept.jsonl``
 
 
 @dataclass
@@ -61,7 +80,7 @@ class RunDir:
     what is recorded and what is still pending."""
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: JsonObject  # run.json as read: RunSettings' fields plus run_id, created, package, resumed
 
     @property
     def run_id(self) -> str:
@@ -73,10 +92,11 @@ class RunDir:
 
     @classmethod
     def open(
-        cls, path: str | Path, settings: dict[str, Any], *, resume: bool, run_id: str | None = None
+        cls, path: str | Path, run_settings: RunSettings, *, resume: bool, run_id: str | None = None
     ) -> RunDir:
         """Start a new run in ``path`` or (``resume``) reopen the one there, checking it matches."""
         path = Path(path)
+        settings = asdict(run_settings)
         manifest_path = path / MANIFEST
         if manifest_path.is_file():
             manifest = json.loads(manifest_path.read_text())
@@ -118,11 +138,11 @@ class RunDir:
         tmp.write_text(json.dumps(self.manifest, indent=2, ensure_ascii=False, default=str) + "\n")
         tmp.replace(self.path / MANIFEST)
 
-    def write_plan(self, jobs: Sequence[Any]) -> None:
+    def write_plan(self, jobs: Sequence[EpisodeJob]) -> None:
         """Record every planned episode (``EpisodeJob``-like: ``episode_id``, ``task_id``, ``row``)
         before any runs: an episode that raises leaves no record, and without the plan a report
         could only count the survivors."""
-        specs: dict[str, Any] = {}
+        specs: dict[str, JsonObject | None] = {}
         for job in jobs:
             spec = job.row.get("reward_spec")
             if isinstance(spec, str):
@@ -131,7 +151,7 @@ class RunDir:
                 except ValueError:
                     spec = None
             specs.setdefault(job.task_id, spec if isinstance(spec, dict) else None)
-        plan = {
+        plan: Plan = {
             "episodes": [{"episode_id": job.episode_id, "task_id": job.task_id} for job in jobs],
             "reward_specs": specs,
         }
@@ -157,7 +177,7 @@ class RunDir:
         """How many of ``episode_ids`` have no record (episodes that failed or were interrupted)."""
         return len(set(episode_ids) - self.existing_ids())
 
-    def _index(self, keep: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, _Line]:
+    def _index(self, keep: Callable[[JsonObject], bool] | None = None) -> dict[str, _Line]:
         """Where each episode's line is (last copy wins), without holding the records in memory:
         a long teacher run has more record bytes than a machine has RAM."""
         index: dict[str, _Line] = {}
@@ -176,7 +196,7 @@ class RunDir:
         return index
 
     def consolidate(
-        self, order: Sequence[str], keep: Callable[[dict[str, Any]], bool] | None = None
+        self, order: Sequence[str], keep: Callable[[JsonObject], bool] | None = None
     ) -> tuple[int, int | None]:
         """Rebuild ``episodes.jsonl`` (and ``kept.jsonl``) in job order; returns their sizes.
 
@@ -204,7 +224,7 @@ class _Line:
 def _copy_lines(target: Path, lines: Sequence[_Line]) -> int:
     """Write ``lines`` (copied from their files) to ``target`` atomically (temp file + rename)."""
     tmp = target.with_name(f".{target.name}.tmp")
-    handles: dict[Path, Any] = {}
+    handles: dict[Path, IO[bytes]] = {}
     try:
         with open(tmp, "wb") as out:
             for line in lines:
@@ -219,10 +239,28 @@ def _copy_lines(target: Path, lines: Sequence[_Line]) -> int:
     return len(lines)
 
 
-def read_plan(path: str | Path) -> dict[str, Any] | None:
+class PlannedEpisode(TypedDict):
+    """One planned episode: its id and its task."""
+
+    episode_id: str
+    task_id: str
+
+
+class Plan(TypedDict):
+    """``planned.json``: every planned episode, and each task's reward spec (None: unreadable),
+    what a report counts a missing episode against (``eval_report.with_plan``)."""
+
+    episodes: list[PlannedEpisode]
+    reward_specs: dict[str, JsonObject | None]
+
+
+def read_plan(path: str | Path) -> Plan | None:
     """A run folder's ``planned.json``, or None (a folder made before plans were written)."""
     file = Path(path) / PLAN_FILE
-    return json.loads(file.read_text()) if file.is_file() else None
+    if not file.is_file():
+        return None
+    plan: Plan = json.loads(file.read_text())
+    return plan
 
 
 def _now() -> str:

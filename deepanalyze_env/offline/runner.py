@@ -1,10 +1,13 @@
-"""One runner for ``rollout`` and ``eval``: plan every episode, skip the recorded ones, run the rest
-with a progress bar.
+"""One runner for ``rollout``, ``eval`` and ``collect``: open the run folder, plan every episode,
+skip the recorded ones, run the rest with a progress bar.
 
-Both commands plan the same jobs (:func:`~deepanalyze_env.offline.rollout.plan_jobs`), write the
-plan before any episode runs (an episode whose job raises leaves no record; the plan still counts
-it), run what is pending in their run folder and report as they go. Only what they do with the
-results differs (a table, or an eval report), so that part stays in the commands.
+Every command that records episodes into a run folder opens it the same way (:func:`open_run`:
+the manifest checked on ``--resume``, the env told where to write, each task's breakdown fields
+for the report), plans the same jobs (:func:`plan_pending`: written before any episode runs, since
+one whose job raises leaves no record and the plan still counts it) and runs what is pending.
+``rollout`` and ``eval`` run their jobs here (:func:`run_planned`); ``collect`` runs them with
+outside agents (``serve/collect.py``). Only what they do with the results differs (a table, or an
+eval report), so that part stays in the commands.
 """
 
 from __future__ import annotations
@@ -13,14 +16,17 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from deepanalyze_env.core.contracts import JsonObject
+from deepanalyze_env.offline.eval_report import TASKS_FILE, task_meta, write_json
 from deepanalyze_env.offline.policies import Policy
 from deepanalyze_env.offline.report import progress_bar
 from deepanalyze_env.offline.rollout import EpisodeJob, EpisodeOutcome, plan_jobs, run_jobs
-from deepanalyze_env.offline.rundir import RunDir
+from deepanalyze_env.offline.rundir import RunDir, RunSettings
 
 
 class NothingToRun(ValueError):
@@ -66,9 +72,48 @@ def progress_info(results: Sequence[EpisodeOutcome]) -> str:
     return " · ".join(parts)
 
 
+def open_run(
+    out: str | Path,
+    settings: RunSettings,
+    rows: Sequence[JsonObject],
+    env_config: JsonObject,
+    *,
+    resume: bool,
+    run_id: str | None = None,
+) -> RunDir:
+    """Start (or, with ``resume``, reopen) the run folder ``out``; point the env's records at it
+    (``records_dir`` in ``env_config``) and write each task's method, family and difficulty
+    (``tasks.json``, the report's breakdowns). Raises ``RunDirError`` when the folder cannot hold
+    this run."""
+    run = RunDir.open(out, settings, resume=resume, run_id=run_id)
+    env_config["records_dir"] = str(run.records_dir)
+    write_json(run.path / TASKS_FILE, task_meta(list(rows)))
+    return run
+
+
+def plan_pending(
+    rows: Sequence[JsonObject],
+    run: RunDir | None,
+    run_id: str,
+    samples: int,
+    labels_for: Callable[[str], list[str]] | None = None,
+) -> tuple[list[EpisodeJob], list[EpisodeJob]]:
+    """Plan ``samples`` episodes per task (and label), write the plan into ``run``; every planned
+    job and those ``run`` has not recorded yet. Raises :class:`NothingToRun` when nothing is
+    planned and ``RunDirError`` when the folder's records do not belong to this plan."""
+    jobs = plan_jobs(list(rows), run_id, samples, labels_for)
+    if not jobs:
+        raise NothingToRun("no episodes to run: no scripted trajectory matches these tasks and labels")
+    if run is None:
+        return jobs, jobs
+    run.write_plan(jobs)  # before any episode: one that raises leaves no record, the plan counts it
+    pending = set(run.pending([job.episode_id for job in jobs]))
+    return jobs, [job for job in jobs if job.episode_id in pending]
+
+
 def run_planned(
-    rows: Sequence[dict[str, Any]],
-    env_config: dict[str, Any],
+    rows: Sequence[JsonObject],
+    env_config: JsonObject,
     policy: Policy,
     *,
     samples: int,
@@ -80,17 +125,9 @@ def run_planned(
     console: Console,
     eta: bool = False,
 ) -> RunOutcome:
-    """Plan ``samples`` episodes per task (and label), write the plan into ``run``, run the ones it
-    has not recorded yet. Raises :class:`NothingToRun` when nothing is planned and
-    ``RunDirError`` when the folder's records do not belong to this plan."""
-    jobs = plan_jobs(list(rows), run_id, samples, labels_for)
-    if not jobs:
-        raise NothingToRun("no episodes to run: no scripted trajectory matches these tasks and labels")
-    left = jobs
-    if run is not None:
-        run.write_plan(jobs)  # before any episode: one that raises leaves no record, the plan counts it
-        pending = set(run.pending([job.episode_id for job in jobs]))
-        left = [job for job in jobs if job.episode_id in pending]
+    """Run the episodes :func:`plan_pending` leaves to do, with a progress bar (Ctrl-C stops it
+    and says so in the outcome)."""
+    jobs, left = plan_pending(rows, run, run_id, samples, labels_for)
     outcome = RunOutcome(jobs, done_before=len(jobs) - len(left))
     stop = threading.Event()
     with progress_bar(label, total=len(jobs), console=console, completed=outcome.done_before, eta=eta) as (

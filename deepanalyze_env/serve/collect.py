@@ -36,18 +36,28 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING
 
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.core.records import RecordWriter, build_record
 from deepanalyze_env.offline.rollout import EpisodeJob, EpisodeOutcome
 from deepanalyze_env.serve.hub import SessionHub, check_servable
 from deepanalyze_env.serve.mcp_server import Assignment, EpisodeServer, http_app
-from deepanalyze_env.serve.proxy import RecordingProxy, Upstream
+from deepanalyze_env.serve.proxy import ProxyTrace, RecordingProxy, Upstream
 from deepanalyze_env.serve.session import EpisodeSession, ServeError, ServeLimits
 from deepanalyze_env.serve.stopping import WAIT_STEP_S, sigterm_as_interrupt
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from starlette.requests import Request
+
+    from deepanalyze_env.core.filters import RecordFilter
+    from deepanalyze_env.offline.eval_schema import EvalReport
+    from deepanalyze_env.offline.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +100,7 @@ class Collector:
     """The MCP server and the proxy for one ``collect`` run, and the per-episode agent runs."""
 
     spec: AgentSpec
-    env_config: dict[str, Any]
+    env_config: JsonObject
     records_dir: Path
     limits: ServeLimits = field(default_factory=ServeLimits)
 
@@ -113,7 +123,7 @@ class Collector:
         self.server = BackgroundServer(http_app(self.episodes, host="127.0.0.1", extra_routes=routes)).start()
         self.writer = RecordWriter.for_dir(self.records_dir)
 
-    def _assign(self, request: Any) -> Assignment:
+    def _assign(self, request: Request | None) -> Assignment:
         """The handshake of an agent's session claims its episode (once: a second session with the
         same URL is refused at its handshake)."""
         token = request.query_params.get("episode") if request is not None else None
@@ -258,7 +268,7 @@ class Collector:
         session: EpisodeSession,
         exit_code: int | None,
         seconds: float,
-        trace: Any,
+        trace: ProxyTrace | None,
         tail: str,
         unfinished: str | None,
     ) -> None:
@@ -309,7 +319,7 @@ class Collector:
         )
 
 
-def _drain(stream: Any, tail: collections.deque) -> None:
+def _drain(stream: IO[bytes], tail: collections.deque) -> None:
     for chunk in iter(lambda: stream.read(4096), b""):
         tail.extend(chunk)
     stream.close()
@@ -326,7 +336,12 @@ def _kill_group(proc: subprocess.Popen) -> None:
         log.error("agent process %s did not exit after SIGKILL", proc.pid)
 
 
-def run_jobs(collector: Collector, jobs: list[EpisodeJob], concurrency: int, on_result: Any) -> None:
+def run_jobs(
+    collector: Collector,
+    jobs: list[EpisodeJob],
+    concurrency: int,
+    on_result: Callable[[EpisodeOutcome], None],
+) -> None:
     """Up to ``concurrency`` agents at once, results in plan order. The main thread waits in
     short steps (a signal lands between them); on Ctrl-C every running agent is killed, nothing
     new starts, and the running jobs are not waited for (a job may be held by a running cell)."""
@@ -351,7 +366,7 @@ class CollectOutcome:
     jobs: list[EpisodeJob]
     results: list[EpisodeOutcome]
     done_before: int
-    report: dict[str, Any]
+    report: EvalReport
     folder: Path
 
     @property
@@ -361,29 +376,24 @@ class CollectOutcome:
 
 def collect(
     spec: AgentSpec,
-    rows: list[dict[str, Any]],
-    env_config: dict[str, Any],
-    run: Any,
+    rows: list[JsonObject],
+    env_config: JsonObject,
+    run: RunDir,
     *,
     samples: int = 1,
     concurrency: int = 1,
     limits: ServeLimits | None = None,
-    keep: Any = None,
-    console: Any = None,
+    keep: RecordFilter | None = None,
+    console: Console | None = None,
 ) -> CollectOutcome:
-    """Run every pending planned episode of ``run`` (a ``RunDir``) with the agent; consolidate
-    the folder and write its eval report."""
-    from deepanalyze_env.offline.eval_report import TASKS_FILE, task_meta, write_json, write_report
+    """Run every pending planned episode of ``run`` (opened by ``offline.runner.open_run``) with
+    the agent; consolidate the folder and write its eval report."""
+    from deepanalyze_env.offline.eval_report import write_report
     from deepanalyze_env.offline.report import progress_bar
-    from deepanalyze_env.offline.rollout import plan_jobs
-    from deepanalyze_env.offline.runner import progress_info
+    from deepanalyze_env.offline.runner import plan_pending, progress_info
 
     check_servable(rows, env_config)
-    jobs = plan_jobs(rows, run.run_id, samples)
-    run.write_plan(jobs)
-    write_json(run.path / TASKS_FILE, task_meta(rows))
-    pending = set(run.pending([job.episode_id for job in jobs]))
-    left = [job for job in jobs if job.episode_id in pending]
+    jobs, left = plan_pending(rows, run, run.run_id, samples)
     results: list[EpisodeOutcome] = []
     limits = limits or ServeLimits()
     if limits.max_sessions < concurrency:  # each running agent holds one episode

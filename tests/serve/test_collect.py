@@ -13,7 +13,8 @@ import httpx
 import psutil
 import pytest
 
-from deepanalyze_env.offline.rundir import RunDir
+from deepanalyze_env.offline.rundir import RunSettings
+from deepanalyze_env.offline.runner import open_run
 from deepanalyze_env.serve.collect import AgentSpec, collect
 from deepanalyze_env.serve.http import BackgroundServer
 from deepanalyze_env.serve.proxy import RecordingProxy, Upstream
@@ -45,21 +46,13 @@ def run_collect(
     concurrency: int = 1,
     limits: ServeLimits | None = None,
 ):
-    settings = {
-        "kind": "collect",
-        "tasks": [],
-        "task_fingerprint": "t",
-        "samples": samples,
-        "labels": None,
-        "policy": spec.policy_id,
-        "policy_settings": {},
-        "keep": None,
-    }
-    run = RunDir.open(out, settings, resume=resume)
+    settings = RunSettings("collect", [], "t", samples, None, spec.policy_id, {})
+    env_config = {"workspace_root": str(workspace_root)}
+    run = open_run(out, settings, rows, env_config, resume=resume)
     return collect(
         spec,
         rows,
-        {"workspace_root": str(workspace_root)},
+        env_config,
         run,
         samples=samples,
         concurrency=concurrency,

@@ -14,14 +14,15 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from rich.console import Console
 from rich.table import Table
 
 from deepanalyze_env.core import protocol, tool_calls
 from deepanalyze_env.core.config import ConfigError, EnvConfig
-from deepanalyze_env.core.hacking import summarize
+from deepanalyze_env.core.contracts import JsonObject
+from deepanalyze_env.core.hacking import SuspectSummary, summarize
 from deepanalyze_env.core.memory import PeakFigures, PeakWatch, gib
 from deepanalyze_env.core.models import resolve_model
 from deepanalyze_env.core.records import load_run, write_jsonl_atomic
@@ -105,7 +106,7 @@ def add_stop_token_ids(config: Any, tokenizer: Any) -> None:
         config.generation_kwargs = gen
 
 
-def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any], line: dict[str, Any]) -> Table:
+def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any], line: StepLine) -> Table:
     table = Table(
         title=f"step {step}: {stats.episodes} episodes in {stats.seconds:.1f}s", title_justify="left"
     )
@@ -154,9 +155,57 @@ def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any], line: dict
     return table
 
 
+class StepTime(TypedDict):
+    """Where a step's seconds went."""
+
+    step_s: float
+    rollout_s: float
+    generate_s: float
+    env_s: float
+    scoring_s: float
+    update_s: float  # log-probs, loss, backward and the optimizer step
+
+
+class StepTeach(TypedDict):
+    """Whether a step could teach."""
+
+    episodes_trained: int
+    length_cut: int
+    groups: int
+    zero_variance_groups: int
+    loss_nonzero: bool | None
+
+
+class StepLine(TypedDict):
+    """One ``metrics.jsonl`` line of a GRPO run (:func:`step_line`, then the reporter's additions)."""
+
+    step: int
+    reward_mean: float | None
+    reward_std: float | None
+    components: dict[str, float]
+    status_counts: dict[str, int]
+    termination_counts: dict[str, int]
+    episodes: int
+    rollout_seconds: float
+    elapsed_seconds: float
+    time: StepTime
+    teach: StepTeach
+    trainer: dict[str, float]
+    suspect: SuspectSummary
+    memory: NotRequired[dict[str, PeakFigures]]
+    curriculum: NotRequired[JsonObject]  # SuccessRateCurriculum.drain()'s counts and rates
+
+
+def read_step_lines(path: Path) -> list[StepLine]:
+    """A GRPO run's ``metrics.jsonl`` (none when it wrote no file)."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def step_line(
     step: int, stats: RolloutStats, logs: dict[str, Any], step_seconds: float, elapsed: float
-) -> dict[str, Any]:
+) -> StepLine:
     """One ``metrics.jsonl`` line: rewards and counts, where the step's time went, and whether it
     could teach (trained episodes, length cuts, zero-variance groups, a non-zero loss)."""
     rewards = stats.rewards
