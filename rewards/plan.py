@@ -1,8 +1,9 @@
 """A reward plan: the method's components for one task, built and checked at env construction.
 
 Scoring order: format gate (tags over policy text; the fence gate for code methods) → every
-component → weighted mean. A component that raises, returns a non-number, or a None it may
-not return makes the episode ``verifier_error`` with the cause named; it is never scored 0.
+component → weighted mean (:func:`weighted_mean`, which ``rescore`` uses too). A component that
+raises, returns a non-number, or a None it may not return makes the episode ``verifier_error``
+with the cause named; it is never scored 0.
 """
 
 from __future__ import annotations
@@ -14,19 +15,49 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
 from deepanalyze_env.core import protocol
+from deepanalyze_env.core.contracts import Gate, RewardStatus
 from rewards.context import RewardContext
 from rewards.methods import Method, get_method
 from rewards.registry import Noted, RewardFunction, RewardSpecError, check_args, resolve
 
-__all__ = ["FORMAT_GATE", "GATE_PENALTY", "Plan", "RewardContext", "RewardOutcome", "RewardPlan", "Scorer"]
+__all__ = [
+    "FORMAT_GATE",
+    "GATE_PENALTY",
+    "NO_POSITIVE_WEIGHT",
+    "Plan",
+    "RewardContext",
+    "RewardOutcome",
+    "RewardPlan",
+    "Scorer",
+    "weighted_mean",
+]
 
 log = logging.getLogger(__name__)
 
 FORMAT_GATE = "format_gate"
 GATE_PENALTY = -1.0
+NO_POSITIVE_WEIGHT = "no component with weight > 0 applied to this episode"
+
+
+def weighted_mean(components: Mapping[str, float], weights: Mapping[str, float]) -> float | None:
+    """An episode's reward from its components: their mean weighted by ``weights`` (1.0 for a
+    component it does not name) over the components with weight > 0; None when none has one
+    (the caller makes that ``verifier_error`` with :data:`NO_POSITIVE_WEIGHT`). The one rule for
+    the aggregate, so a live score and a ``rescore`` of the same components agree."""
+    weight = {c: weights.get(c, 1.0) for c in components}
+    total = sum(w for w in weight.values() if w > 0)
+    if total <= 0:
+        return None
+    return sum(weight[c] * v for c, v in components.items() if weight[c] > 0) / total
+
+
+class OutcomeDetails(TypedDict, total=False):
+    """What an outcome says beyond its numbers (the env copies ``notes`` to ``reward_notes``)."""
+
+    notes: dict[str, str]  # function name (or format_gate) → why it scored what it did
 
 
 @dataclass
@@ -35,11 +66,11 @@ class RewardOutcome:
 
     reward: float
     components: dict[str, float]
-    status: str  # "scored" | "verifier_error"
+    status: RewardStatus  # a plan gives "scored" or "verifier_error"; "environment_error" is the env's
     format_ok: bool
-    gate: str | None
+    gate: Gate | None
     error: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    details: OutcomeDetails = field(default_factory=OutcomeDetails)
 
 
 @dataclass(frozen=True)
@@ -221,7 +252,7 @@ class RewardPlan:
 
     # ------------------------------------------------------------------ scoring
 
-    def gate(self, ctx: RewardContext) -> tuple[str, str] | None:
+    def gate(self, ctx: RewardContext) -> tuple[Gate, str] | None:
         """Which format gate the episode fails and why, or None when it passes. Tags: the
         protocol tags in the policy's text, and Python fences for fence-gated methods. Tools: the
         same in spirit — every call valid, and the episode ended with ``submit_answer`` (code
@@ -245,8 +276,9 @@ class RewardPlan:
         failed = self.gate(ctx)
         if failed is not None:
             gate, why = failed
-            penalty, notes = {FORMAT_GATE: GATE_PENALTY}, {"notes": {FORMAT_GATE: why}}
-            return RewardOutcome(GATE_PENALTY, penalty, "scored", False, gate, details=notes)
+            penalty = {FORMAT_GATE: GATE_PENALTY}
+            details = OutcomeDetails(notes={FORMAT_GATE: why})
+            return RewardOutcome(GATE_PENALTY, penalty, "scored", False, gate, details=details)
         components: dict[str, float] = {}
         errors: list[str] = []
         results: dict[int, Any] = {}
@@ -269,21 +301,12 @@ class RewardPlan:
                     notes[scorer.name] = str(value.note)
                     value = value.value
                 self._collect(scorer, value, components, errors)
-        details = {"notes": notes} if notes else {}
+        details = OutcomeDetails(notes=notes) if notes else OutcomeDetails()
         if errors:
             return RewardOutcome(0.0, components, "verifier_error", True, None, "; ".join(errors), details)
-        weight = {c: self.weights.get(c, 1.0) for c in components}
-        total = sum(w for w in weight.values() if w > 0)
-        if total <= 0:
-            return RewardOutcome(
-                0.0,
-                components,
-                "verifier_error",
-                True,
-                None,
-                "no component with weight > 0 applied to this episode",
-            )
-        reward = sum(weight[c] * v for c, v in components.items() if weight[c] > 0) / total
+        reward = weighted_mean(components, self.weights)
+        if reward is None:
+            return RewardOutcome(0.0, components, "verifier_error", True, None, NO_POSITIVE_WEIGHT)
         return RewardOutcome(reward, components, "scored", True, None, None, details)
 
     @staticmethod

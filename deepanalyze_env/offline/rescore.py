@@ -23,6 +23,7 @@ from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.profiles import PROFILES, Profile
 from deepanalyze_env.core.records import judge_versions, own_turn_indices, package_version
 from rewards import Plan, RewardContext, RewardPlan, RewardSpecError
+from rewards.plan import NO_POSITIVE_WEIGHT, weighted_mean
 
 log = logging.getLogger(__name__)
 
@@ -107,13 +108,6 @@ def context_from_record(record: dict[str, Any], judge: Any) -> RewardContext:
     )
 
 
-def _aggregate(components: dict[str, float], weights: dict[str, float]) -> float | None:
-    total = sum(weights.get(c, 1.0) for c in components if weights.get(c, 1.0) > 0)
-    if total <= 0:
-        return None
-    return sum(weights.get(c, 1.0) * v for c, v in components.items() if weights.get(c, 1.0) > 0) / total
-
-
 @dataclass
 class _Score:
     components: dict[str, float]
@@ -147,9 +141,9 @@ def _score_v1(plan: RewardPlan, record: dict[str, Any], ctx: RewardContext) -> _
     merged = {**keep, **outcome.components}
     components = {c: merged[c] for c in order if c in merged}
     redone = [s.name for s in redo]
-    reward = None if errors else _aggregate(components, plan.weights)
+    reward = None if errors else weighted_mean(components, plan.weights)
     if reward is None:
-        error = "; ".join(errors) or "no component with weight > 0 applied to this episode"
+        error = "; ".join(errors) or NO_POSITIVE_WEIGHT
         return _Score(components, 0.0, "verifier_error", error, redone)
     return _Score(components, reward, "scored", None, redone)
 
