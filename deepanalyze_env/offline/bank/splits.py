@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 SPLITS = ("train", "dev", "test")
-MIN_SIZES = {"train": 800, "dev": 150, "test": 150}
 VERSION_PACKAGES = ("deepanalyze-env", "pandas", "numpy", "scipy", "statsmodels", "scikit-learn", "openpyxl")
 MANIFEST = "manifest.json"
 

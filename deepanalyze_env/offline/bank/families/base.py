@@ -10,7 +10,6 @@ the frame; the answer itself only ever comes from running the reference program 
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Callable
@@ -280,10 +279,6 @@ def nice_threshold(value: float) -> float:
 
 def num_text(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-def as_json(value: Any) -> str:
-    return json.dumps(value)
 
 
 CHECK_RATE = 0.35
