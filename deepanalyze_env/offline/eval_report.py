@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Literal, NotRequired, TypedDict
 
 import numpy as np
 
+from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject, JsonValue
 from deepanalyze_env.core.records import load_run, own_turn_indices
 from deepanalyze_env.offline.rundir import read_plan
 from rewards import ACCURACY_COMPONENTS
@@ -30,7 +31,7 @@ BOOTSTRAP_SEED = 0
 GATE_RAN = ("scored", "verifier_error")  # an environment_error episode never reached the gate
 # A planned episode with no record (its job raised, or the run was cut short): counted as a
 # failed gate — reward GATE_PENALTY, format gate 0, accuracy 0 — never left out of a rate.
-MISSING = "missing"
+MISSING: Literal["missing"] = "missing"
 FAILED = ("scored", MISSING)  # statuses whose reward enters the reward mean
 BREAKDOWNS = ("method", "family", "difficulty")
 TASKS_FILE = "tasks.json"
@@ -59,6 +60,122 @@ DEFINITIONS = (
 )
 
 
+# ---------------------------------------------------------------------------- the report's shapes
+
+
+class Placeholder(TypedDict):
+    """The stand-in record of a planned episode that left none (:func:`placeholder`)."""
+
+    episode_id: str
+    task_id: str
+    reward_spec: JsonValue  # the planned task's reward_spec (None when the plan has none)
+    reward_status: Literal["missing"]
+    reward: float
+    reward_components: dict[str, float]
+    format_ok: bool
+    termination: Literal["missing"]
+    turns: int
+    messages: list[JsonObject]
+
+
+ReportRecord = EpisodeRecord | Placeholder
+"""What a report counts: the folder's records, and a placeholder per missing episode."""
+
+
+class EpisodeCounts(TypedDict):
+    """Planned, finished and missing episodes (:func:`with_plan`); ``planned`` and ``missing`` are
+    None for a folder without ``planned.json``, which also lacks the other optional keys."""
+
+    planned: int | None
+    finished: int
+    missing: int | None
+    tasks: list[str]
+    missing_tasks: NotRequired[list[str]]
+    unplanned: NotRequired[int]  # records whose episode the plan does not name
+
+
+class PassAt(TypedDict):
+    value: float | None  # mean over the tasks with at least k measured episodes
+    tasks: int  # how many tasks that is
+
+
+class Summary(TypedDict):
+    """Every metric of one group of episodes (:func:`summarize`; see :data:`DEFINITIONS`)."""
+
+    episodes: int
+    finished: int
+    missing: int
+    tasks: int
+    reward_mean: float | None
+    reward_ci95: tuple[float, float] | None
+    reward_n: int
+    format_gate_pass_rate: float | None
+    format_gate_ci95: tuple[float, float] | None
+    accuracy_mean: float | None
+    accuracy_n: int
+    pass_at: dict[str, PassAt]  # str(k) → pass@k
+    components: dict[str, float | None]
+    status_rates: dict[str, float]
+    termination_rates: dict[str, float]
+    turns_mean: float | None
+    turns_max: int | None
+    completion_tokens_mean: float | None
+    assistant_chars_mean: float | None
+
+
+class EvalReport(TypedDict):
+    """``report.json`` of an eval folder (:func:`build_report`, :func:`write_report`)."""
+
+    episodes: EpisodeCounts
+    overall: Summary
+    samples_per_task: int
+    pass_at_ks: list[int]
+    accuracy_threshold: float
+    accuracy_component: str | None  # the --accuracy-component override; None: each method's own
+    breakdowns: dict[str, dict[str, Summary]]  # method/family/difficulty → group name → metrics
+    definitions: list[str]
+    folder: NotRequired[str]  # set by write_report
+
+
+class TaskInfo(TypedDict, total=False):
+    """One task as ``tasks.json`` describes it (:func:`task_meta`)."""
+
+    method: JsonValue
+    family: JsonValue
+    difficulty: JsonValue  # a bank task's {"level", "cells", "operations"}, or a plain label
+
+
+TASK_METRICS = ("reward", "pass@1", "format_gate")
+TaskMeans = TypedDict(
+    "TaskMeans", {"reward": float | None, "pass@1": float | None, "format_gate": float | None}
+)
+"""One task's means that ``--compare`` pairs (:func:`per_task_means`): scored reward, pass@1 and
+format-gate pass rate (the functional form: ``pass@1`` is not an identifier)."""
+
+
+class MetricDiff(TypedDict):
+    """One metric of a comparison: paired per-task differences B − A."""
+
+    tasks: int
+    mean_a: float | None
+    mean_b: float | None
+    mean_diff: float | None
+    diff_ci95: tuple[float, float] | None
+    b_better: int
+    a_better: int
+    ties: int
+
+
+class Comparison(TypedDict):
+    """``eval --compare``'s result (:func:`compare_runs`)."""
+
+    metrics: dict[str, MetricDiff]  # one per TASK_METRICS
+    per_task: dict[str, dict[str, TaskMeans]]  # task → "a" / "b" → its means
+    only_in_a: list[str]
+    only_in_b: list[str]
+    definitions: list[str]
+
+
 # ---------------------------------------------------------------------------- small statistics
 
 
@@ -74,7 +191,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def bootstrap_ci(
     groups: Sequence[Sequence[float]],
-    statistic: Callable[[list[Sequence[float]]], float] | None = None,
+    statistic: Callable[[list[list[float]]], float] | None = None,
     *,
     samples: int = BOOTSTRAP_SAMPLES,
     seed: int = BOOTSTRAP_SEED,
@@ -88,7 +205,7 @@ def bootstrap_ci(
         return None
     if statistic is None:
 
-        def statistic(gs):
+        def statistic(gs: list[list[float]]) -> float:
             flat = [x for g in gs for x in g]
             return sum(flat) / len(flat)
 
@@ -103,14 +220,14 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _rate(counter: Counter, n: int) -> dict[str, float]:
+def _rate(counter: Counter[str], n: int) -> dict[str, float]:
     return {k: v / n for k, v in sorted(counter.items())} if n else {}
 
 
 # ---------------------------------------------------------------------------- per-episode facts
 
 
-def accuracy_component(reward_spec: dict[str, Any] | None) -> str | None:
+def accuracy_component(reward_spec: Mapping[str, JsonValue] | None) -> str | None:
     """The component that says whether the answer is right: the first of the method's built-ins
     and ``reward_spec.function`` entries whose name ends in ``accuracy``."""
     from rewards.methods import get_method
@@ -134,7 +251,7 @@ def accuracy_component(reward_spec: dict[str, Any] | None) -> str | None:
     return first_accuracy_component(names)
 
 
-def episode_accuracy(record: dict[str, Any], component: str | None) -> float | None:
+def episode_accuracy(record: ReportRecord, component: str | None) -> float | None:
     """The accuracy value the report counts for one episode (see :data:`DEFINITIONS`)."""
     if component is None:
         return None
@@ -149,13 +266,13 @@ def episode_accuracy(record: dict[str, Any], component: str | None) -> float | N
     return None
 
 
-def completion_tokens(record: dict[str, Any]) -> int | None:
+def completion_tokens(record: ReportRecord) -> int | None:
     usage = record.get("usage") or {}
     value = usage.get("completion_tokens")
     return int(value) if value is not None else None
 
 
-def assistant_chars(record: dict[str, Any]) -> int:
+def assistant_chars(record: ReportRecord) -> int:
     """Characters of the policy's own turns (not a recovered episode's replayed prefix)."""
     messages = record.get("messages") or []
     return sum(len(messages[i].get("content") or "") for i in own_turn_indices(record))
@@ -164,25 +281,25 @@ def assistant_chars(record: dict[str, Any]) -> int:
 # ---------------------------------------------------------------------------- planned episodes
 
 
-def placeholder(episode_id: str, task_id: str, reward_spec: dict[str, Any] | None) -> dict[str, Any]:
+def placeholder(episode_id: str, task_id: str, reward_spec: JsonValue) -> Placeholder:
     """The stand-in record of a planned episode that left none: a failed gate (see DEFINITIONS)."""
-    return {
-        "episode_id": episode_id,
-        "task_id": task_id,
-        "reward_spec": reward_spec,
-        "reward_status": MISSING,
-        "reward": GATE_PENALTY,
-        "reward_components": {},
-        "format_ok": False,
-        "termination": MISSING,
-        "turns": 0,
-        "messages": [],
-    }
+    return Placeholder(
+        episode_id=episode_id,
+        task_id=task_id,
+        reward_spec=reward_spec,
+        reward_status=MISSING,
+        reward=GATE_PENALTY,
+        reward_components={},
+        format_ok=False,
+        termination=MISSING,
+        turns=0,
+        messages=[],
+    )
 
 
 def with_plan(
-    records: Sequence[dict[str, Any]], plan: dict[str, Any] | None
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    records: Sequence[ReportRecord], plan: JsonObject | None
+) -> tuple[list[ReportRecord], EpisodeCounts]:
     """``records`` plus a placeholder for every planned episode without one, and the counts.
 
     Without a plan (a folder made before ``planned.json``) the planned count is unknown and says
@@ -190,7 +307,7 @@ def with_plan(
     records = list(records)
     if plan is None:
         tasks = sorted({task_key(r) for r in records})
-        return records, {"planned": None, "finished": len(records), "missing": None, "tasks": tasks}
+        return records, EpisodeCounts(planned=None, finished=len(records), missing=None, tasks=tasks)
     have = {str(r.get("episode_id")) for r in records}
     specs = plan.get("reward_specs") or {}
     planned = plan.get("episodes") or []
@@ -199,25 +316,25 @@ def with_plan(
     out = records + [
         placeholder(str(e["episode_id"]), str(e["task_id"]), specs.get(e["task_id"])) for e in holes
     ]
-    counts = {
-        "planned": len(planned),
-        "finished": len(planned) - len(holes),
-        "missing": len(holes),
-        "missing_tasks": sorted({str(e["task_id"]) for e in holes}),
-        "unplanned": sum(1 for r in records if str(r.get("episode_id")) not in ids),
-        "tasks": sorted({str(e["task_id"]) for e in planned}),
-    }
+    counts = EpisodeCounts(
+        planned=len(planned),
+        finished=len(planned) - len(holes),
+        missing=len(holes),
+        missing_tasks=sorted({str(e["task_id"]) for e in holes}),
+        unplanned=sum(1 for r in records if str(r.get("episode_id")) not in ids),
+        tasks=sorted({str(e["task_id"]) for e in planned}),
+    )
     return out, counts
 
 
-def load_eval(folder: str | Path, *, rescored: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def load_eval(folder: str | Path, *, rescored: bool = True) -> tuple[list[ReportRecord], EpisodeCounts]:
     """An eval folder's records with its missing episodes as placeholders, and the counts: what
     every report, comparison and ``learn`` table reads, so none of them sees only the survivors."""
     folder = Path(folder)
     return with_plan(load_run(folder, rescored=rescored).records, read_plan(folder))
 
 
-def episode_line(counts: dict[str, Any]) -> str:
+def episode_line(counts: EpisodeCounts) -> str:
     """One line a reader cannot miss: planned, finished, missing (and what a missing one counts)."""
     if counts.get("planned") is None:
         return f"Episodes: {counts['finished']} recorded; planned unknown (the folder has no planned.json)."
@@ -225,7 +342,7 @@ def episode_line(counts: dict[str, Any]) -> str:
     line += f", missing {counts['missing']}"
     if counts["missing"]:
         line += (
-            f" (tasks {', '.join(counts['missing_tasks'])}; each counts as a failed gate: reward "
+            f" (tasks {', '.join(counts.get('missing_tasks', []))}; each counts as a failed gate: reward "
             f"{GATE_PENALTY}, accuracy 0)"
         )
     return line + "."
@@ -234,20 +351,20 @@ def episode_line(counts: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------- the report
 
 
-def task_key(record: dict[str, Any]) -> str:
+def task_key(record: ReportRecord) -> str:
     return str(record.get("task_id"))
 
 
 def summarize(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[ReportRecord],
     ks: Sequence[int],
     *,
     accuracy_override: str | None = None,
     threshold: float = 1.0,
-) -> dict[str, Any]:
+) -> Summary:
     """Every metric of one set of episodes (the whole run, or one family/method/difficulty)."""
     n = len(records)
-    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_task: dict[str, list[ReportRecord]] = defaultdict(list)
     for record in records:
         by_task[task_key(record)].append(record)
     scored_by_task = [
@@ -272,10 +389,10 @@ def summarize(
         if component is not None and values:
             acc_by_task[task] = values
     correct = {t: (len(v), sum(1 for x in v if x >= threshold)) for t, v in acc_by_task.items()}
-    pass_at = {}
+    pass_at: dict[str, PassAt] = {}
     for k in ks:
         eligible = [pass_at_k(nt, ct, k) for nt, ct in correct.values() if nt >= k]
-        pass_at[str(k)] = {"value": _mean(eligible), "tasks": len(eligible)}
+        pass_at[str(k)] = PassAt(value=_mean(eligible), tasks=len(eligible))
     acc_values = [x for v in acc_by_task.values() for x in v]
     done = [r for r in records if r.get("reward_status") != MISSING]
     turns = [int(r.get("turns") or 0) for r in done]
@@ -312,48 +429,56 @@ def summarize(
     }
 
 
-def group_value(record: dict[str, Any], key: str, tasks: dict[str, dict[str, Any]]) -> str:
-    meta = tasks.get(task_key(record)) or {}
+def group_value(record: ReportRecord, key: str, tasks: Mapping[str, TaskInfo]) -> str:
+    """The group a record falls in for breakdown ``key``: its task's method, family or difficulty
+    (``?`` when the task does not say). A bank task's difficulty is an object (level, cells,
+    operations) that differs with every operation list; its groups are the levels, the one field
+    that orders tasks (``difficulty=medium``), not one group per object printed as a dict."""
+    meta = tasks.get(task_key(record)) or TaskInfo()
     if key == "method":
-        value = meta.get("method") or (record.get("reward_spec") or {}).get("method")
+        spec = record.get("reward_spec")
+        value = meta.get("method") or (spec.get("method") if isinstance(spec, dict) else None)
     else:
         value = meta.get(key)
+    if key == "difficulty" and isinstance(value, dict):
+        value = value.get("level")
     return "?" if value is None else str(value)
 
 
 def build_report(
-    records: Sequence[dict[str, Any]],
-    tasks: dict[str, dict[str, Any]],
+    records: Sequence[ReportRecord],
+    tasks: Mapping[str, TaskInfo],
     samples_per_task: int,
     *,
     accuracy_override: str | None = None,
     threshold: float = 1.0,
-    counts: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    counts: EpisodeCounts | None = None,
+) -> EvalReport:
     """The whole report: overall metrics, then the same per method, family and difficulty
     (a dimension appears when at least one task has the field). ``records`` hold the placeholders
     of missing episodes (:func:`with_plan`); ``counts`` are its counts."""
     ks = sorted({1, samples_per_task} | {2**i for i in range(1, 10) if 2**i < samples_per_task})
-    options = {"accuracy_override": accuracy_override, "threshold": threshold}
-    report: dict[str, Any] = {
-        "episodes": counts or with_plan(records, None)[1],
-        "overall": summarize(records, ks, **options),
-        "samples_per_task": samples_per_task,
-        "pass_at_ks": ks,
-        "accuracy_threshold": threshold,
-        "accuracy_component": accuracy_override,
-        "breakdowns": {},
-        "definitions": list(DEFINITIONS),
-    }
+
+    def measure(items: Sequence[ReportRecord]) -> Summary:
+        return summarize(items, ks, accuracy_override=accuracy_override, threshold=threshold)
+
+    report = EvalReport(
+        episodes=counts or with_plan(records, None)[1],
+        overall=measure(records),
+        samples_per_task=samples_per_task,
+        pass_at_ks=ks,
+        accuracy_threshold=threshold,
+        accuracy_component=accuracy_override,
+        breakdowns={},
+        definitions=list(DEFINITIONS),
+    )
     for key in BREAKDOWNS:
         if key != "method" and not any(key in meta for meta in tasks.values()):
             continue
-        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        groups: dict[str, list[ReportRecord]] = defaultdict(list)
         for record in records:
             groups[group_value(record, key, tasks)].append(record)
-        report["breakdowns"][key] = {
-            name: summarize(items, ks, **options) for name, items in sorted(groups.items())
-        }
+        report["breakdowns"][key] = {name: measure(items) for name, items in sorted(groups.items())}
     return report
 
 
@@ -361,13 +486,13 @@ def build_report(
 
 
 def per_task_means(
-    records: Sequence[dict[str, Any]], *, accuracy_override: str | None = None, threshold: float = 1.0
-) -> dict[str, dict[str, float | None]]:
+    records: Sequence[ReportRecord], *, accuracy_override: str | None = None, threshold: float = 1.0
+) -> dict[str, TaskMeans]:
     """Per task: mean reward (scored), accuracy rate (pass@1) and format-gate pass rate."""
-    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_task: dict[str, list[ReportRecord]] = defaultdict(list)
     for record in records:
         by_task[task_key(record)].append(record)
-    out = {}
+    out: dict[str, TaskMeans] = {}
     for task, items in by_task.items():
         component = accuracy_override or accuracy_component(items[0].get("reward_spec"))
         acc = [v for v in (episode_accuracy(r, component) for r in items) if v is not None]
@@ -385,41 +510,48 @@ def per_task_means(
     return out
 
 
-def compare_runs(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], **options: Any) -> dict[str, Any]:
+def compare_runs(
+    a: Sequence[ReportRecord],
+    b: Sequence[ReportRecord],
+    *,
+    accuracy_override: str | None = None,
+    threshold: float = 1.0,
+) -> Comparison:
     """Paired per-task differences B − A of reward, pass@1 and format-gate rate, with intervals."""
-    ta, tb = per_task_means(a, **options), per_task_means(b, **options)
+    ta = per_task_means(a, accuracy_override=accuracy_override, threshold=threshold)
+    tb = per_task_means(b, accuracy_override=accuracy_override, threshold=threshold)
     common = sorted(set(ta) & set(tb))
-    metrics = {}
-    for metric in ("reward", "pass@1", "format_gate"):
+    metrics: dict[str, MetricDiff] = {}
+    for metric in TASK_METRICS:
         pairs = [
             (t, ta[t][metric], tb[t][metric])
             for t in common
             if ta[t][metric] is not None and tb[t][metric] is not None
         ]
         diffs = [vb - va for _, va, vb in pairs]
-        metrics[metric] = {
-            "tasks": len(pairs),
-            "mean_a": _mean([va for _, va, _ in pairs]),
-            "mean_b": _mean([vb for _, _, vb in pairs]),
-            "mean_diff": _mean(diffs),
-            "diff_ci95": bootstrap_ci([[d] for d in diffs]),
-            "b_better": sum(1 for d in diffs if d > 0),
-            "a_better": sum(1 for d in diffs if d < 0),
-            "ties": sum(1 for d in diffs if d == 0),
-        }
-    return {
-        "metrics": metrics,
-        "per_task": {t: {"a": ta[t], "b": tb[t]} for t in common},
-        "only_in_a": sorted(set(ta) - set(tb)),
-        "only_in_b": sorted(set(tb) - set(ta)),
-        "definitions": [DEFINITIONS[-1], DEFINITIONS[0], DEFINITIONS[1].split(";")[1].strip()],
-    }
+        metrics[metric] = MetricDiff(
+            tasks=len(pairs),
+            mean_a=_mean([va for _, va, _ in pairs]),
+            mean_b=_mean([vb for _, _, vb in pairs]),
+            mean_diff=_mean(diffs),
+            diff_ci95=bootstrap_ci([[d] for d in diffs]),
+            b_better=sum(1 for d in diffs if d > 0),
+            a_better=sum(1 for d in diffs if d < 0),
+            ties=sum(1 for d in diffs if d == 0),
+        )
+    return Comparison(
+        metrics=metrics,
+        per_task={t: {"a": ta[t], "b": tb[t]} for t in common},
+        only_in_a=sorted(set(ta) - set(tb)),
+        only_in_b=sorted(set(tb) - set(ta)),
+        definitions=[DEFINITIONS[-1], DEFINITIONS[0], DEFINITIONS[1].split(";")[1].strip()],
+    )
 
 
 # ---------------------------------------------------------------------------- writing
 
 
-def fmt(value: Any, signed: bool = False) -> str:
+def fmt(value: float | int | str | Sequence[float] | None, signed: bool = False) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):
@@ -429,12 +561,12 @@ def fmt(value: Any, signed: bool = False) -> str:
     return str(value)
 
 
-def episodes_cell(s: dict[str, Any]) -> str:
+def episodes_cell(s: Summary) -> str:
     """``6`` or ``6 (1 missing)``: the planned episodes a row's figures are over."""
     return f"{s['episodes']} ({s['missing']} missing)" if s.get("missing") else str(s["episodes"])
 
 
-def summary_row(name: str, s: dict[str, Any], ks: Sequence[int]) -> list[str]:
+def summary_row(name: str, s: Summary, ks: Sequence[int]) -> list[str]:
     """One group's row of the report table (markdown here, the console in the commands)."""
     return [
         name,
@@ -447,7 +579,7 @@ def summary_row(name: str, s: dict[str, Any], ks: Sequence[int]) -> list[str]:
     ]
 
 
-def report_markdown(report: dict[str, Any], title: str) -> str:
+def report_markdown(report: EvalReport, title: str) -> str:
     ks = report["pass_at_ks"]
     head = [
         "group",
@@ -482,7 +614,7 @@ def report_markdown(report: dict[str, Any], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def compare_markdown(result: dict[str, Any], label_a: str, label_b: str) -> str:
+def compare_markdown(result: Comparison, label_a: str, label_b: str) -> str:
     lines = [
         f"# Compare: A = `{label_a}`, B = `{label_b}`",
         "",
@@ -507,7 +639,7 @@ def compare_markdown(result: dict[str, Any], label_a: str, label_b: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_report(report: dict[str, Any], png: Path) -> None:
+def plot_report(report: EvalReport, png: Path) -> None:
     """One panel per dimension (all, method, family, difficulty): reward with its interval,
     format-gate pass rate and pass@1 side by side per group."""
     import matplotlib
@@ -546,7 +678,7 @@ def plot_report(report: dict[str, Any], png: Path) -> None:
     plt.close(fig)
 
 
-def plot_compare(result: dict[str, Any], png: Path, label_a: str, label_b: str) -> None:
+def plot_compare(result: Comparison, png: Path, label_a: str, label_b: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -580,16 +712,16 @@ def plot_compare(result: dict[str, Any], png: Path, label_a: str, label_b: str) 
     plt.close(fig)
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: Mapping[str, object]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
     tmp.replace(path)
 
 
-def task_meta(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def task_meta(rows: Sequence[JsonObject]) -> dict[str, TaskInfo]:
     """Per task id: method, family, difficulty — from the rows the eval runs (task fields travel in
     ``extra_info``; DeepAnalyze rows may carry them at the top level)."""
-    meta: dict[str, dict[str, Any]] = {}
+    meta: dict[str, TaskInfo] = {}
     for row in rows:
         info = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
         spec = row.get("reward_spec")
@@ -598,7 +730,7 @@ def task_meta(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 spec = json.loads(spec)
             except ValueError:
                 spec = {}
-        entry = {"method": (spec or {}).get("method") or info.get("method")}
+        entry = TaskInfo(method=(spec or {}).get("method") or info.get("method"))
         for key in ("family", "difficulty"):
             value = row.get(key, info.get(key))
             if value is not None:
@@ -609,7 +741,7 @@ def task_meta(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def write_report(
     folder: Path, samples_per_task: int, accuracy_component: str | None = None, threshold: float = 1.0
-) -> dict[str, Any]:
+) -> EvalReport:
     """Build the eval folder's report from its records and planned episodes (a missing one counts
     as a failed gate) and write ``report.json``, ``report.md`` and ``report.png``."""
     records, counts = load_eval(folder)
