@@ -95,8 +95,10 @@ class EpisodeCounts(TypedDict):
 
 
 class PassAt(TypedDict):
-    value: float | None  # mean over the tasks with at least k measured episodes
-    tasks: int  # how many tasks that is
+    """pass@k of a group, and over how many tasks (those with at least k measured episodes)."""
+
+    value: float | None
+    tasks: int
 
 
 class Summary(TypedDict):
