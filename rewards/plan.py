@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypedDict, runtime_checkable
 
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.contracts import Gate, RewardStatus
+from rewards.answers import accuracy_component
 from rewards.context import RewardContext
 from rewards.methods import Method, get_method
 from rewards.registry import Noted, RewardFunction, RewardSpecError, check_args, resolve
@@ -32,6 +33,7 @@ __all__ = [
     "RewardOutcome",
     "RewardPlan",
     "Scorer",
+    "spec_accuracy_component",
     "weighted_mean",
 ]
 
@@ -113,6 +115,28 @@ def function_refs(reward_spec: Mapping) -> list[FunctionRef]:
         args = item.get("args")
         refs.append(FunctionRef(name, args if args is not None else {}, alias, where))
     return refs
+
+
+def spec_accuracy_component(reward_spec: Mapping[str, object] | None) -> str | None:
+    """The component of ``reward_spec``'s plan that says whether the answer is right
+    (:func:`rewards.accuracy_component` over the method's built-ins and the spec's functions),
+    read leniently: a spec that no longer builds still names what it can (eval reports read it
+    from old records)."""
+    spec = reward_spec or {}
+    try:
+        names = list(get_method(str(spec.get("method"))).builtins)
+    except RewardSpecError:
+        names = []
+    try:
+        refs = function_refs(spec)
+    except RewardSpecError:
+        refs = []
+    for ref in refs:
+        try:
+            names += list(Scorer(resolve(ref.name), ref.args, ref.alias).component_names)
+        except (RewardSpecError, ImportError):
+            names.append(ref.alias or ref.name.rsplit(":", 1)[-1])
+    return accuracy_component(names)
 
 
 @dataclass(frozen=True)

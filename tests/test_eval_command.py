@@ -301,9 +301,9 @@ def test_compare_of_a_missing_folder_is_a_one_line_error(tmp_path, capsys):
 )
 def test_bank_methods_have_an_accuracy_component(spec, component):
     """The bank's scorers say whether the answer is right; the report's accuracy reads them."""
-    from deepanalyze_env.offline.eval_report import accuracy_component
+    from rewards.plan import spec_accuracy_component
 
-    assert accuracy_component(spec) == component
+    assert spec_accuracy_component(spec) == component
 
 
 def test_a_bank_difficulty_groups_by_its_level_and_prints_readably():

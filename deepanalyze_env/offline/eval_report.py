@@ -13,21 +13,17 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, NotRequired, TypedDict
 
-import numpy as np
-
 from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject, JsonValue
 from deepanalyze_env.core.records import load_run, own_turn_indices
+from deepanalyze_env.offline.report import bootstrap_ci, mean
 from deepanalyze_env.offline.rundir import read_plan
 from rewards import ACCURACY_COMPONENTS
-from rewards import accuracy_component as first_accuracy_component
-from rewards.plan import GATE_PENALTY
+from rewards.plan import GATE_PENALTY, spec_accuracy_component
 
-BOOTSTRAP_SAMPLES = 2000
-BOOTSTRAP_SEED = 0
 GATE_RAN = ("scored", "verifier_error")  # an environment_error episode never reached the gate
 # A planned episode with no record (its job raised, or the run was cut short): counted as a
 # failed gate — reward GATE_PENALTY, format gate 0, accuracy 0 — never left out of a rate.
@@ -176,6 +172,8 @@ class Comparison(TypedDict):
     only_in_a: list[str]
     only_in_b: list[str]
     definitions: list[str]
+    a: NotRequired[str]  # the folders' labels, added by ``eval --compare``
+    b: NotRequired[str]
 
 
 # ---------------------------------------------------------------------------- small statistics
@@ -191,66 +189,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def bootstrap_ci(
-    groups: Sequence[Sequence[float]],
-    statistic: Callable[[list[list[float]]], float] | None = None,
-    *,
-    samples: int = BOOTSTRAP_SAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-) -> tuple[float, float] | None:
-    """95 % percentile interval of ``statistic`` over ``groups`` resampled with replacement.
-
-    The default statistic is the mean of all values in the resampled groups (episode-weighted).
-    """
-    groups = [list(g) for g in groups if len(g)]
-    if not groups:
-        return None
-    if statistic is None:
-
-        def statistic(gs: list[list[float]]) -> float:
-            flat = [x for g in gs for x in g]
-            return sum(flat) / len(flat)
-
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(groups), size=(samples, len(groups)))
-    values = np.array([statistic([groups[i] for i in row]) for row in idx])
-    low, high = np.percentile(values, [2.5, 97.5])
-    return float(low), float(high)
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 def _rate(counter: Counter[str], n: int) -> dict[str, float]:
     return {k: v / n for k, v in sorted(counter.items())} if n else {}
 
 
 # ---------------------------------------------------------------------------- per-episode facts
-
-
-def accuracy_component(reward_spec: Mapping[str, JsonValue] | None) -> str | None:
-    """The component that says whether the answer is right: the first of the method's built-ins
-    and ``reward_spec.function`` entries whose name ends in ``accuracy``."""
-    from rewards.methods import get_method
-    from rewards.plan import Scorer, function_refs
-    from rewards.registry import RewardSpecError, resolve
-
-    spec = reward_spec or {}
-    try:
-        names = list(get_method(str(spec.get("method"))).builtins)
-    except RewardSpecError:
-        names = []
-    try:
-        refs = function_refs(spec)
-    except RewardSpecError:
-        refs = []
-    for ref in refs:
-        try:
-            names += list(Scorer(resolve(ref.name), ref.args, ref.alias).component_names)
-        except (RewardSpecError, ImportError):
-            names.append(ref.alias or ref.name.rsplit(":", 1)[-1])
-    return first_accuracy_component(names)
 
 
 def episode_accuracy(record: ReportRecord, component: str | None) -> float | None:
@@ -357,6 +300,21 @@ def task_key(record: ReportRecord) -> str:
     return str(record.get("task_id"))
 
 
+def per_task(records: Sequence[ReportRecord]) -> dict[str, list[ReportRecord]]:
+    """The records grouped by task (the unit every interval resamples)."""
+    by_task: dict[str, list[ReportRecord]] = defaultdict(list)
+    for record in records:
+        by_task[task_key(record)].append(record)
+    return by_task
+
+
+def gate_values(records: Sequence[ReportRecord]) -> list[float]:
+    """1 or 0 per episode whose format gate ran (or that is missing, a failed gate)."""
+    return [
+        1.0 if r.get("format_ok") else 0.0 for r in records if r.get("reward_status") in (*GATE_RAN, MISSING)
+    ]
+
+
 def summarize(
     records: Sequence[ReportRecord],
     ks: Sequence[int],
@@ -366,9 +324,7 @@ def summarize(
 ) -> Summary:
     """Every metric of one set of episodes (the whole run, or one family/method/difficulty)."""
     n = len(records)
-    by_task: dict[str, list[ReportRecord]] = defaultdict(list)
-    for record in records:
-        by_task[task_key(record)].append(record)
+    by_task = per_task(records)
     scored_by_task = [
         [
             float(r["reward"])
@@ -378,7 +334,6 @@ def summarize(
         for items in by_task.values()
     ]
     rewards = [x for g in scored_by_task for x in g]
-    gate = [r for r in records if r.get("reward_status") in (*GATE_RAN, MISSING)]
     components: dict[str, list[float]] = defaultdict(list)
     for r in records:
         if r.get("reward_status") == "scored":
@@ -386,7 +341,7 @@ def summarize(
                 components[name].append(float(value))
     acc_by_task: dict[str, list[float]] = {}
     for task, items in by_task.items():
-        component = accuracy_override or accuracy_component(items[0].get("reward_spec"))
+        component = accuracy_override or spec_accuracy_component(items[0].get("reward_spec"))
         values = [v for v in (episode_accuracy(r, component) for r in items) if v is not None]
         if component is not None and values:
             acc_by_task[task] = values
@@ -394,7 +349,7 @@ def summarize(
     pass_at: dict[str, PassAt] = {}
     for k in ks:
         eligible = [pass_at_k(nt, ct, k) for nt, ct in correct.values() if nt >= k]
-        pass_at[str(k)] = PassAt(value=_mean(eligible), tasks=len(eligible))
+        pass_at[str(k)] = PassAt(value=mean(eligible), tasks=len(eligible))
     acc_values = [x for v in acc_by_task.values() for x in v]
     done = [r for r in records if r.get("reward_status") != MISSING]
     turns = [int(r.get("turns") or 0) for r in done]
@@ -404,30 +359,21 @@ def summarize(
         "finished": len(done),
         "missing": n - len(done),
         "tasks": len(by_task),
-        "reward_mean": _mean(rewards),
+        "reward_mean": mean(rewards),
         "reward_ci95": bootstrap_ci(scored_by_task),
         "reward_n": len(rewards),
-        "format_gate_pass_rate": _mean([1.0 if r.get("format_ok") else 0.0 for r in gate]),
-        "format_gate_ci95": bootstrap_ci(
-            [
-                [
-                    1.0 if r.get("format_ok") else 0.0
-                    for r in items
-                    if r.get("reward_status") in (*GATE_RAN, MISSING)
-                ]
-                for items in by_task.values()
-            ]
-        ),
-        "accuracy_mean": _mean(acc_values),
+        "format_gate_pass_rate": mean(gate_values(records)),
+        "format_gate_ci95": bootstrap_ci([gate_values(items) for items in by_task.values()]),
+        "accuracy_mean": mean(acc_values),
         "accuracy_n": len(acc_values),
         "pass_at": pass_at,
-        "components": {name: _mean(values) for name, values in sorted(components.items())},
+        "components": {name: mean(values) for name, values in sorted(components.items())},
         "status_rates": _rate(Counter(str(r.get("reward_status")) for r in records), n),
         "termination_rates": _rate(Counter(str(r.get("termination")) for r in records), n),
-        "turns_mean": _mean(turns),
+        "turns_mean": mean(turns),
         "turns_max": max(turns) if turns else None,
-        "completion_tokens_mean": _mean(tokens) if len(tokens) == len(done) and done else None,
-        "assistant_chars_mean": _mean([assistant_chars(r) for r in done]),
+        "completion_tokens_mean": mean(tokens) if len(tokens) == len(done) and done else None,
+        "assistant_chars_mean": mean([assistant_chars(r) for r in done]),
     }
 
 
@@ -491,23 +437,15 @@ def per_task_means(
     records: Sequence[ReportRecord], *, accuracy_override: str | None = None, threshold: float = 1.0
 ) -> dict[str, TaskMeans]:
     """Per task: mean reward (scored), accuracy rate (pass@1) and format-gate pass rate."""
-    by_task: dict[str, list[ReportRecord]] = defaultdict(list)
-    for record in records:
-        by_task[task_key(record)].append(record)
+    by_task = per_task(records)
     out: dict[str, TaskMeans] = {}
     for task, items in by_task.items():
-        component = accuracy_override or accuracy_component(items[0].get("reward_spec"))
+        component = accuracy_override or spec_accuracy_component(items[0].get("reward_spec"))
         acc = [v for v in (episode_accuracy(r, component) for r in items) if v is not None]
         out[task] = {
-            "reward": _mean([float(r["reward"]) for r in items if r.get("reward_status") in FAILED]),
-            "pass@1": _mean([1.0 if v >= threshold else 0.0 for v in acc]),
-            "format_gate": _mean(
-                [
-                    1.0 if r.get("format_ok") else 0.0
-                    for r in items
-                    if r.get("reward_status") in (*GATE_RAN, MISSING)
-                ]
-            ),
+            "reward": mean([float(r["reward"]) for r in items if r.get("reward_status") in FAILED]),
+            "pass@1": mean([1.0 if v >= threshold else 0.0 for v in acc]),
+            "format_gate": mean(gate_values(items)),
         }
     return out
 
@@ -533,9 +471,9 @@ def compare_runs(
         diffs = [vb - va for _, va, vb in pairs]
         metrics[metric] = MetricDiff(
             tasks=len(pairs),
-            mean_a=_mean([va for _, va, _ in pairs]),
-            mean_b=_mean([vb for _, _, vb in pairs]),
-            mean_diff=_mean(diffs),
+            mean_a=mean([va for _, va, _ in pairs]),
+            mean_b=mean([vb for _, _, vb in pairs]),
+            mean_diff=mean(diffs),
             diff_ci95=bootstrap_ci([[d] for d in diffs]),
             b_better=sum(1 for d in diffs if d > 0),
             a_better=sum(1 for d in diffs if d < 0),
@@ -641,79 +579,6 @@ def compare_markdown(result: Comparison, label_a: str, label_b: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_report(report: EvalReport, png: Path) -> None:
-    """One panel per dimension (all, method, family, difficulty): reward with its interval,
-    format-gate pass rate and pass@1 side by side per group."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [("all", {"all": report["overall"]}), *report["breakdowns"].items()]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4), squeeze=False)
-    for ax, (key, groups) in zip(axes[0], panels, strict=True):
-        names = list(groups)
-        x = list(range(len(names)))  # plain floats: matplotlib's bar warns on numpy positions
-        width = 0.27
-        reward = [groups[g]["reward_mean"] for g in names]
-        ci = [groups[g]["reward_ci95"] for g in names]
-        err = [
-            [max(r - c[0], 0.0) if r is not None and c else 0.0 for r, c in zip(reward, ci, strict=True)],
-            [max(c[1] - r, 0.0) if r is not None and c else 0.0 for r, c in zip(reward, ci, strict=True)],
-        ]
-        left = [i - width for i in x]
-        ax.bar(left, [r if r is not None else 0.0 for r in reward], width, label="reward")
-        ax.errorbar(
-            left, [r if r is not None else 0.0 for r in reward], yerr=err, fmt="none", capsize=3, color="k"
-        )
-        ax.bar(x, [groups[g]["format_gate_pass_rate"] or 0.0 for g in names], width, label="format gate")
-        right = [i + width for i in x]
-        ax.bar(right, [groups[g]["pass_at"]["1"]["value"] or 0.0 for g in names], width, label="pass@1")
-        ax.set_xticks(x, names, rotation=20, fontsize=8)
-        ax.set_ylim(-1.05, 1.05)
-        ax.axhline(0, color="black", linewidth=0.5)
-        ax.set_title(key)
-        ax.grid(axis="y", alpha=0.3)
-    axes[0][0].legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-
-
-def plot_compare(result: Comparison, png: Path, label_a: str, label_b: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    metrics = list(result["metrics"].items())
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for i, (name, m) in enumerate(metrics):
-        diffs = [
-            v["b"][name] - v["a"][name]
-            for v in result["per_task"].values()
-            if v["a"][name] is not None and v["b"][name] is not None
-        ]
-        ax.scatter([i] * len(diffs), diffs, alpha=0.4, s=12)
-        if m["mean_diff"] is not None and m["diff_ci95"]:
-            low, high = m["diff_ci95"]
-            ax.errorbar(
-                [i + 0.15],
-                [m["mean_diff"]],
-                yerr=[[m["mean_diff"] - low], [high - m["mean_diff"]]],
-                fmt="o",
-                color="black",
-                capsize=4,
-            )
-    ax.axhline(0, color="gray", linewidth=0.8)
-    ax.set_xticks(range(len(metrics)), [name for name, _ in metrics])
-    ax.set_ylabel(f"per task: {label_b} − {label_a}")
-    ax.set_title("paired differences (dots: tasks; bar: mean, 95% CI)")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-
-
 def write_json(path: Path, data: Mapping[str, object]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
@@ -760,5 +625,7 @@ def write_report(
     report["folder"] = str(folder)
     write_json(folder / "report.json", report)
     (folder / "report.md").write_text(report_markdown(report, f"Eval: {folder}"))
+    from deepanalyze_env.offline.eval_plots import plot_report  # matplotlib: only when writing
+
     plot_report(report, folder / "report.png")
     return report

@@ -1,5 +1,6 @@
 """Report helpers shared by ``stats``, ``judge-eval``, ``rescore``, ``rollout`` and the trainers'
-summaries: number formatting, quantiles and distributions, and the one progress-bar style.
+summaries: number formatting, quantiles, distributions and bootstrap intervals, and the one
+progress-bar style.
 
 Example::
 
@@ -14,7 +15,7 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -62,6 +63,39 @@ def quantile(values: Sequence[float], q: float) -> float | None:
     pos = (len(ordered) - 1) * q
     low, high = math.floor(pos), math.ceil(pos)
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0
+
+
+def bootstrap_ci(
+    groups: Sequence[Sequence[float]],
+    statistic: Callable[[list[list[float]]], float] | None = None,
+    *,
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float, float] | None:
+    """95 % percentile interval of ``statistic`` over ``groups`` resampled with replacement.
+
+    The default statistic is the mean of all values in the resampled groups (episode-weighted).
+    """
+    groups = [list(g) for g in groups if len(g)]
+    if not groups:
+        return None
+    if statistic is None:
+
+        def statistic(gs: list[list[float]]) -> float:
+            flat = [x for g in gs for x in g]
+            return sum(flat) / len(flat)
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(groups), size=(samples, len(groups)))
+    values = np.array([statistic([groups[i] for i in row]) for row in idx])
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)
 
 
 def median(values: Sequence[float]) -> float | None:

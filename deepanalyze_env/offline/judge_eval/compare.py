@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deepanalyze_env.offline.eval_report import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, bootstrap_ci
-from deepanalyze_env.offline.report import fmt
+from deepanalyze_env.offline.report import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, bootstrap_ci, fmt
 
 PAIRED_METRICS = ("ordering_accuracy", "parse_failure_rate", "score_std_across_repeats")
 ANSWERED = ("scored", "parse_error")  # a sample that got a reply, readable or not
