@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict, runtime_checkable
 
 from deepanalyze_env.core import protocol
-from deepanalyze_env.core.contracts import Gate, RewardStatus
+from deepanalyze_env.core.contracts import Gate, JsonValue, RewardStatus
 from rewards.answers import accuracy_component
 from rewards.context import RewardContext
 from rewards.methods import Method, get_method
@@ -80,7 +80,7 @@ class FunctionRef:
     """One ``reward_spec["function"]`` item, parsed: a name, or ``{"name", "args", "as"}``."""
 
     name: str
-    args: Mapping[str, Any]
+    args: Mapping[str, JsonValue]
     alias: str | None  # "as": the component name (a prefix for a multi-component function)
     where: str  # "reward_spec.function[1]", for errors
 
@@ -145,7 +145,7 @@ class Scorer:
     it produces (``as`` renames them, so one function can appear twice with different arguments)."""
 
     fn: RewardFunction
-    args: Mapping[str, Any]
+    args: Mapping[str, JsonValue]  # checked against its signature (``registry.check_args``)
     alias: str | None = None
 
     @property
