@@ -17,13 +17,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Required, TypedDict
 
 from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -33,7 +34,7 @@ from rich.progress import (
 DASH = "–"  # what a missing number prints as
 
 
-def fmt(value: Any, digits: int = 3) -> str:
+def fmt(value: object, digits: int = 3) -> str:
     """A number for a table: ``digits`` decimals for floats, ``–`` for None/NaN, else ``str``."""
     if value is None:
         return DASH
@@ -102,7 +103,20 @@ def median(values: Sequence[float]) -> float | None:
     return quantile(values, 0.5)
 
 
-def distribution(values: Sequence[float]) -> dict[str, Any]:
+class Distribution(TypedDict, total=False):
+    """n, mean, population std, min, p50, p90, max of some values (:func:`distribution`); only
+    ``n`` when there are none."""
+
+    n: Required[int]
+    mean: float
+    std: float
+    min: float
+    p50: float
+    p90: float
+    max: float
+
+
+def distribution(values: Sequence[float]) -> Distribution:
     """n, mean, population std, min, p50, p90, max; ``{"n": 0}`` for no values."""
     if not values:
         return {"n": 0}
@@ -123,7 +137,7 @@ def progress_bar(
     label: str, total: int, console: Console | None = None, *, completed: int = 0, eta: bool = False
 ) -> Iterator[tuple[Progress, TaskID]]:
     """The project's progress bar: label, bar, done/total, elapsed (and ETA), then an ``info`` field."""
-    columns: list[Any] = [
+    columns: list[ProgressColumn] = [
         TextColumn(f"[bold]{label}"),
         BarColumn(),
         MofNCompleteColumn(),
