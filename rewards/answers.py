@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 
+from deepanalyze_env.core.contracts import JsonValue
 from rewards.normalize import Number, Verdict, compare, dabench_equal, read_number
 from rewards.registry import Noted, register_reward, with_notes
 
@@ -36,7 +36,7 @@ _DABENCH_OPEN = re.compile(r"@(\w+)\[")
 MATCH_RULES = ("default", "dabench")
 
 
-def _tolerance(value: Any, where: str) -> float | None:
+def _tolerance(value: JsonValue, where: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
@@ -44,7 +44,7 @@ def _tolerance(value: Any, where: str) -> float | None:
     return float(value)
 
 
-def values_match(answer: Any, truth: Any, tolerance: float | None = None) -> Verdict:
+def values_match(answer: JsonValue, truth: JsonValue, tolerance: float | None = None) -> Verdict:
     """Numbers by ``numbers_equal`` (within ``tolerance``, else the same decimal); text after
     normalisation (``rewards.normalize.compare``).
 
@@ -126,7 +126,7 @@ def dabench_parts(text: str) -> dict[str, str]:
     return parts
 
 
-def expected_parts(ground_truth: Any) -> dict[str, str]:
+def expected_parts(ground_truth: JsonValue) -> dict[str, str]:
     """DABench's ``[[name, value], …]``, a ``{name: value}`` mapping, or ``"@a[1] @b[2]"`` text."""
     if isinstance(ground_truth, Mapping):
         parts = {str(k): v for k, v in ground_truth.items()}
@@ -149,7 +149,7 @@ def expected_parts(ground_truth: Any) -> dict[str, str]:
     return {name: str(value) for name, value in parts.items()}
 
 
-def _match_rule(reward_spec: Mapping[str, Any]) -> str:
+def _match_rule(reward_spec: Mapping[str, JsonValue]) -> str:
     rule = reward_spec.get("match", "default")
     if rule not in MATCH_RULES:
         raise ValueError(f"reward_spec.match must be one of {', '.join(MATCH_RULES)}, got {rule!r}")

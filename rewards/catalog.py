@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from rewards import plugins
 from rewards.registry import BUILTIN_PACKAGE, RewardFunction, registered
@@ -30,7 +29,8 @@ class FunctionInfo:
     optional: bool
     summary: str  # the first line of its docstring
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, str | bool | tuple[str, ...]]:
+        """Its fields by name (``rewards --json``)."""
         return asdict(self)
 
 

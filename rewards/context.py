@@ -14,9 +14,14 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from deepanalyze_env.core.contracts import JsonValue
 from deepanalyze_env.core.formats import get_format
+
+if TYPE_CHECKING:
+    from rewards.judge import JudgeSession
+    from rewards.registry import RewardFunction
 
 
 @dataclass
@@ -37,7 +42,7 @@ class RewardContext:
     """Everything after the prompt, observations included, as the model saw it."""
     messages: list[dict]
     """The whole conversation: prompt messages, policy turns, observations."""
-    ground_truth: Any
+    ground_truth: JsonValue
     """``reward_spec["ground_truth"]``."""
     question: str | None
     """The row's ``input_seq`` (what judges are shown as the task)."""
@@ -49,7 +54,7 @@ class RewardContext:
     """The episode's scratch folder (files the policy wrote); valid only while scoring."""
     reward_spec: dict
     """The row's whole reward spec (per-task options are better given as the function's ``args``)."""
-    judge: Any = None
+    judge: JudgeSession | None = None
     """The episode's judge session, or None when the plan needs no judge."""
     exec_statuses: list[str] = field(default_factory=list)
     """Per code turn: its exec status (``ok``, ``error``, ``timeout``, ``crashed``, ``no_code``,
@@ -66,7 +71,7 @@ class RewardContext:
     """The policy's own turns, one string each (what ``policy_text`` joins): the format gate
     reads each turn's protocol on its own. Empty: ``policy_text`` is read as one turn."""
 
-    def kwargs_for(self, fn: Any) -> dict[str, Any]:
+    def kwargs_for(self, fn: RewardFunction) -> dict[str, object]:
         """The context fields ``fn`` (a registered reward function) names, by name."""
         return {name: getattr(self, name) for name in fn.params}
 
@@ -74,15 +79,15 @@ class RewardContext:
     def for_episode(
         cls,
         *,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, JsonValue]],
         episode_start: int,
         policy_turns: Sequence[str],
-        reward_spec: Mapping[str, Any],
+        reward_spec: Mapping[str, JsonValue],
         question: str | None,
         code_pass: Iterable[int] = (),
         exec_statuses: Iterable[str] = (),
         workspace: Path | None = None,
-        judge: Any = None,
+        judge: JudgeSession | None = None,
         prefix_turns: int = 0,
         action_format: str = "tags",
         submitted: str | None = None,

@@ -19,8 +19,8 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from deepanalyze_env.core.contracts import JsonValue
 from rewards.normalize import as_number, compare, normalise_text
 from rewards.registry import register_reward, with_notes
 from tools.policy_files import read_policy_file
@@ -45,7 +45,7 @@ class FileDiff:
         return {"file_schema": self.schema, "file_rows": self.rows, "file_values": self.values}
 
 
-def cell_equal(a: str, b: Any, tolerance: float) -> bool:
+def cell_equal(a: str, b: JsonValue, tolerance: float) -> bool:
     """One cell the policy wrote (``a``) against the expected one (``b``): both missing, or by the
     answers' rule (``rewards.normalize.compare``): a number within ``tolerance`` exactly — no
     slack that grows with the magnitude, no ``inf`` — else normalised text."""
@@ -56,7 +56,7 @@ def cell_equal(a: str, b: Any, tolerance: float) -> bool:
     return compare(a, b, tolerance).match
 
 
-def _sort_key(row: Sequence[Any]) -> tuple:
+def _sort_key(row: Sequence[JsonValue]) -> tuple[tuple[int, float, str], ...]:
     key = []
     for cell in row:
         num = as_number(cell) if cell is not None else None
@@ -131,12 +131,12 @@ def read_csv_rows(path: Path) -> tuple[list[str], list[list[str]]]:
     return table.header, table.rows
 
 
-def compare_table(path: Path, expected: Mapping[str, Any]) -> FileDiff:
+def compare_table(path: Path, expected: Mapping[str, JsonValue]) -> FileDiff:
     """How far the CSV at ``path`` is from ``expected`` (``columns``, ``rows``, ``tolerance``)."""
     return compare_file(path.parent, path.name, expected)
 
 
-def compare_file(workspace: Path, name: str, expected: Mapping[str, Any]) -> FileDiff:
+def compare_file(workspace: Path, name: str, expected: Mapping[str, JsonValue]) -> FileDiff:
     """How far the CSV ``name`` in ``workspace`` is from ``expected``. A file that is missing,
     a link, not a regular file, over the size cap or not CSV scores 0 on every component with
     the reason as its problem: the policy's failure, never a verifier error."""
@@ -183,7 +183,7 @@ def compare_file(workspace: Path, name: str, expected: Mapping[str, Any]) -> Fil
         got = [[r[i] if i < len(r) else "" for i in gi] for r in got_rows]
         want = [[r[i] for i in wi] for r in want_rows]
 
-        def agreeing(a_rows: list[list[str]], b_rows: list[list[Any]]) -> int:
+        def agreeing(a_rows: list[list[str]], b_rows: list[list[JsonValue]]) -> int:
             return sum(
                 cell_equal(a, b, tolerance)
                 for ra, rb in zip(a_rows, b_rows, strict=False)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
 
+from deepanalyze_env.core.contracts import JsonValue
+from rewards.judge.client import Verdict
 from rewards.judge.errors import JudgePromptTooLong
 from rewards.judge.parse import DIMENSIONS
 from rewards.judge.session import JudgeSession
-from rewards.judge.transcript import episode_transcript
+from rewards.judge.transcript import Transcript, episode_transcript
 from rewards.registry import Noted, register_reward
 
 OPENDOMAIN_COMPONENTS = tuple(f"openresearch_{dim}" for dim in DIMENSIONS)
@@ -38,15 +39,19 @@ def rubrics_for(function_names: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(RUBRIC_OF[name] for name in function_names if name in RUBRIC_OF))
 
 
-def _session(judge: Any, function: str) -> JudgeSession:
+def _session(judge: JudgeSession | None, function: str) -> JudgeSession:
     if judge is None:
         raise RuntimeError(f"{function} needs a judge but none was configured (env_config.judge)")
     return judge
 
 
 async def _ask(
-    session: JudgeSession, rubric: str, fields: dict[str, Any], policy_fields: tuple[str, ...], zero: Any
-) -> Any:
+    session: JudgeSession,
+    rubric: str,
+    fields: dict[str, str | Transcript],
+    policy_fields: tuple[str, ...],
+    zero: Verdict,
+) -> Verdict | Noted:
     """The judge's verdict, or ``zero`` with the reason when the episode's own text makes the
     prompt too long to send (the policy's failure, scored — never ``verifier_error``, which
     training masks: a policy could otherwise hide a bad episode by rambling)."""
@@ -58,7 +63,7 @@ async def _ask(
         return Noted(zero, str(exc))
 
 
-def _as_text(value: Any) -> str:
+def _as_text(value: JsonValue) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
@@ -72,7 +77,7 @@ def _as_text(value: Any) -> str:
     "judge_analysis", components=("qa_analysis",), needs_judge=True, aliases=("llm_as_judgement_analyze",)
 )
 async def judge_analysis(
-    question: str | None, messages: list[dict], turns: int, prefix_turns: int, judge: Any
+    question: str | None, messages: list[dict], turns: int, prefix_turns: int, judge: JudgeSession | None
 ) -> float | Noted:
     """Quality of the analysis process (1–5) over the whole trajectory, observations included → /5.
 
@@ -93,7 +98,7 @@ async def judge_analysis(
     "judge_accuracy", components=("judge_accuracy",), needs_judge=True, aliases=("llm_as_judgement_accuracy",)
 )
 async def judge_accuracy(
-    question: str | None, answer: str | None, ground_truth: Any, judge: Any
+    question: str | None, answer: str | None, ground_truth: JsonValue, judge: JudgeSession | None
 ) -> float | Noted:
     """Agreement of the final answer with the reference (0–5) → /5.
 
@@ -119,7 +124,7 @@ async def judge_accuracy(
     aliases=("llm_as_judgement_opendomain",),
 )
 async def judge_opendomain(
-    question: str | None, answer: str | None, ground_truth: Any, judge: Any
+    question: str | None, answer: str | None, ground_truth: JsonValue, judge: JudgeSession | None
 ) -> dict[str, float] | Noted:
     """Five report dimensions (usefulness, richness, soundness, interpretability, readability), each 1–5 → /5.
 

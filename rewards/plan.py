@@ -1,8 +1,9 @@
 """A reward plan: the method's components for one task, built and checked at env construction.
 
 Scoring order: format gate (tags over policy text; the fence gate for code methods) → every
-component → weighted mean. A component that raises, returns a non-number, or a None it may
-not return makes the episode ``verifier_error`` with the cause named; it is never scored 0.
+component → weighted mean (:func:`weighted_mean`, which ``rescore`` uses too). A component that
+raises, returns a non-number, or a None it may not return makes the episode ``verifier_error``
+with the cause named; it is never scored 0.
 """
 
 from __future__ import annotations
@@ -14,19 +15,51 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
+from deepanalyze_env.core.contracts import Gate, JsonValue, RewardStatus
 from deepanalyze_env.core.formats import get_format
+from rewards.answers import accuracy_component
 from rewards.context import RewardContext
 from rewards.methods import Method, get_method
 from rewards.registry import Noted, RewardFunction, RewardSpecError, check_args, resolve
 
-__all__ = ["FORMAT_GATE", "GATE_PENALTY", "Plan", "RewardContext", "RewardOutcome", "RewardPlan", "Scorer"]
+__all__ = [
+    "FORMAT_GATE",
+    "GATE_PENALTY",
+    "NO_POSITIVE_WEIGHT",
+    "Plan",
+    "RewardContext",
+    "RewardOutcome",
+    "RewardPlan",
+    "Scorer",
+    "spec_accuracy_component",
+    "weighted_mean",
+]
 
 log = logging.getLogger(__name__)
 
 FORMAT_GATE = "format_gate"
 GATE_PENALTY = -1.0
+NO_POSITIVE_WEIGHT = "no component with weight > 0 applied to this episode"
+
+
+def weighted_mean(components: Mapping[str, float], weights: Mapping[str, float]) -> float | None:
+    """An episode's reward from its components: their mean weighted by ``weights`` (1.0 for a
+    component it does not name) over the components with weight > 0; None when none has one
+    (the caller makes that ``verifier_error`` with :data:`NO_POSITIVE_WEIGHT`). The one rule for
+    the aggregate, so a live score and a ``rescore`` of the same components agree."""
+    weight = {c: weights.get(c, 1.0) for c in components}
+    total = sum(w for w in weight.values() if w > 0)
+    if total <= 0:
+        return None
+    return sum(weight[c] * v for c, v in components.items() if weight[c] > 0) / total
+
+
+class OutcomeDetails(TypedDict, total=False):
+    """What an outcome says beyond its numbers (the env copies ``notes`` to ``reward_notes``)."""
+
+    notes: dict[str, str]  # function name (or format_gate) → why it scored what it did
 
 
 @dataclass
@@ -35,11 +68,11 @@ class RewardOutcome:
 
     reward: float
     components: dict[str, float]
-    status: str  # "scored" | "verifier_error"
+    status: RewardStatus  # a plan gives "scored" or "verifier_error"; "environment_error" is the env's
     format_ok: bool
-    gate: str | None
+    gate: Gate | None
     error: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    details: OutcomeDetails = field(default_factory=OutcomeDetails)
 
 
 @dataclass(frozen=True)
@@ -47,7 +80,7 @@ class FunctionRef:
     """One ``reward_spec["function"]`` item, parsed: a name, or ``{"name", "args", "as"}``."""
 
     name: str
-    args: Mapping[str, Any]
+    args: Mapping[str, JsonValue]
     alias: str | None  # "as": the component name (a prefix for a multi-component function)
     where: str  # "reward_spec.function[1]", for errors
 
@@ -84,13 +117,35 @@ def function_refs(reward_spec: Mapping) -> list[FunctionRef]:
     return refs
 
 
+def spec_accuracy_component(reward_spec: Mapping[str, object] | None) -> str | None:
+    """The component of ``reward_spec``'s plan that says whether the answer is right
+    (:func:`rewards.accuracy_component` over the method's built-ins and the spec's functions),
+    read leniently: a spec that no longer builds still names what it can (eval reports read it
+    from old records)."""
+    spec = reward_spec or {}
+    try:
+        names = list(get_method(str(spec.get("method"))).builtins)
+    except RewardSpecError:
+        names = []
+    try:
+        refs = function_refs(spec)
+    except RewardSpecError:
+        refs = []
+    for ref in refs:
+        try:
+            names += list(Scorer(resolve(ref.name), ref.args, ref.alias).component_names)
+        except (RewardSpecError, ImportError):
+            names.append(ref.alias or ref.name.rsplit(":", 1)[-1])
+    return accuracy_component(names)
+
+
 @dataclass(frozen=True)
 class Scorer:
     """A reward function as one plan calls it: its per-task arguments, and the component name(s)
     it produces (``as`` renames them, so one function can appear twice with different arguments)."""
 
     fn: RewardFunction
-    args: Mapping[str, Any]
+    args: Mapping[str, JsonValue]  # checked against its signature (``registry.check_args``)
     alias: str | None = None
 
     @property
@@ -231,7 +286,7 @@ class RewardPlan:
 
     # ------------------------------------------------------------------ scoring
 
-    def gate(self, ctx: RewardContext) -> tuple[str, str] | None:
+    def gate(self, ctx: RewardContext) -> tuple[Gate, str] | None:
         """Which format gate the episode fails and why, or None when it passes: the action
         format's gate (``core/formats``: the protocol tags, or every tool call valid and a
         ``submit_answer``), with Python fences for fence-gated methods where the format has them."""
@@ -241,8 +296,9 @@ class RewardPlan:
         failed = self.gate(ctx)
         if failed is not None:
             gate, why = failed
-            penalty, notes = {FORMAT_GATE: GATE_PENALTY}, {"notes": {FORMAT_GATE: why}}
-            return RewardOutcome(GATE_PENALTY, penalty, "scored", False, gate, details=notes)
+            penalty = {FORMAT_GATE: GATE_PENALTY}
+            details = OutcomeDetails(notes={FORMAT_GATE: why})
+            return RewardOutcome(GATE_PENALTY, penalty, "scored", False, gate, details=details)
         components: dict[str, float] = {}
         errors: list[str] = []
         results: dict[int, Any] = {}
@@ -265,21 +321,12 @@ class RewardPlan:
                     notes[scorer.name] = str(value.note)
                     value = value.value
                 self._collect(scorer, value, components, errors)
-        details = {"notes": notes} if notes else {}
+        details = OutcomeDetails(notes=notes) if notes else OutcomeDetails()
         if errors:
             return RewardOutcome(0.0, components, "verifier_error", True, None, "; ".join(errors), details)
-        weight = {c: self.weights.get(c, 1.0) for c in components}
-        total = sum(w for w in weight.values() if w > 0)
-        if total <= 0:
-            return RewardOutcome(
-                0.0,
-                components,
-                "verifier_error",
-                True,
-                None,
-                "no component with weight > 0 applied to this episode",
-            )
-        reward = sum(weight[c] * v for c, v in components.items() if weight[c] > 0) / total
+        reward = weighted_mean(components, self.weights)
+        if reward is None:
+            return RewardOutcome(0.0, components, "verifier_error", True, None, NO_POSITIVE_WEIGHT)
         return RewardOutcome(reward, components, "scored", True, None, None, details)
 
     @staticmethod

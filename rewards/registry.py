@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from deepanalyze_env.core.contracts import JsonValue
 from rewards.context import CONTEXT_FIELDS
 
 __all__ = [
@@ -52,11 +53,11 @@ class Noted:
     is a symbolic link..."): the plan scores ``value`` and the env puts ``note`` under the final
     step's ``metadata["reward_notes"][component label]``, so a 0 that is the policy's failure says so."""
 
-    value: Any
+    value: Any  # what the reward function returned (the plan checks it)
     note: str
 
 
-def with_notes(value: Any, *notes: str | None) -> Any:
+def with_notes(value: Any, *notes: str | None) -> Any:  # a reward function's own value, as is
     """``value`` carrying the notes that are set (joined by "; ") as a :class:`Noted`, or bare when
     none is: the one way a reward function attaches its reasons."""
     kept = [note for note in notes if note]
@@ -81,8 +82,9 @@ class Param:
     ``args``; one without a default must be set."""
 
     name: str
-    annotation: Any  # inspect.Parameter.empty when unannotated; a string when it could not be resolved
-    default: Any  # inspect.Parameter.empty when required
+    annotation: object  # a type or typing form; inspect.Parameter.empty when unannotated; a string
+    # when it could not be resolved
+    default: object  # inspect.Parameter.empty when required
 
     @property
     def required(self) -> bool:
@@ -243,7 +245,7 @@ def register_reward(
     return decorator
 
 
-def clash(name: str, existing: RewardFunction, package: str, fn: Any) -> RewardNameClash:
+def clash(name: str, existing: RewardFunction, package: str, fn: Callable[..., object]) -> RewardNameClash:
     """The one-line error for a reward name two providers claim."""
     target = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', fn)}"
     return RewardNameClash(
@@ -337,7 +339,7 @@ def _resolve_path(ref: str) -> RewardFunction:
 # ---------------------------------------------------------------------------- arguments
 
 
-def type_name(annotation: Any) -> str:
+def type_name(annotation: object) -> str:
     if isinstance(annotation, str):
         return annotation
     if isinstance(annotation, type) and typing.get_origin(annotation) is None:
@@ -345,7 +347,7 @@ def type_name(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
-def fits(value: Any, annotation: Any) -> bool:
+def fits(value: JsonValue, annotation: object) -> bool:
     """Whether a JSON-shaped ``value`` fits ``annotation`` (unknown or unresolved annotations
     accept anything: the check is for mistakes, not a type system). A float parameter takes an
     integer; an int parameter does not take a bool."""
@@ -384,7 +386,9 @@ def fits(value: Any, annotation: Any) -> bool:
     return True
 
 
-def check_args(fn: RewardFunction, args: Any, where: str) -> dict[str, Any]:
+def check_args(
+    fn: RewardFunction, args: JsonValue | Mapping[str, JsonValue], where: str
+) -> dict[str, JsonValue]:
     """``args`` for ``fn`` checked against its signature: every key one of its own arguments,
     every argument without a default given, every value of its annotated type. Raises a
     one-line :class:`RewardSpecError` starting with ``where``."""

@@ -22,9 +22,9 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from deepanalyze_env.core import protocol
+from deepanalyze_env.core.contracts import JsonValue
 from rewards.judge.parse import DIMENSIONS
 from rewards.plan import FORMAT_GATE, GATE_PENALTY, RewardContext, RewardOutcome
 from rewards.registry import RewardSpecError, resolve
@@ -42,7 +42,7 @@ def upstream_answer(history: str) -> str:
     return match.group(1).strip() if match else ""
 
 
-def upstream_exact(history: str, ground_truth: Any) -> float:
+def upstream_exact(history: str, ground_truth: JsonValue) -> float:
     answer = upstream_answer(history)
     if "Answer:" in answer:
         answer = answer.split("Answer:")[1].strip()

@@ -11,7 +11,7 @@ import pytest
 
 from deepanalyze_env.cli import main
 from deepanalyze_env.core.records import read_records
-from deepanalyze_env.offline.eval_report import pass_at_k
+from deepanalyze_env.offline.eval_report import build_report, pass_at_k, report_markdown
 from rewards.judge.fake_server import Reply
 from tests.test_rollout_command import teacher, write_tasks  # noqa: F401  (teacher is a fixture)
 
@@ -301,6 +301,31 @@ def test_compare_of_a_missing_folder_is_a_one_line_error(tmp_path, capsys):
 )
 def test_bank_methods_have_an_accuracy_component(spec, component):
     """The bank's scorers say whether the answer is right; the report's accuracy reads them."""
-    from deepanalyze_env.offline.eval_report import accuracy_component
+    from rewards.plan import spec_accuracy_component
 
-    assert accuracy_component(spec) == component
+    assert spec_accuracy_component(spec) == component
+
+
+def test_a_bank_difficulty_groups_by_its_level_and_prints_readably():
+    """A bank task's difficulty is an object; the table groups and names by its level, so tasks
+    with different operation lists still land in one ``difficulty=medium`` row, never a printed dict."""
+
+    def difficulty(level: str, ops: list[str]) -> dict:
+        return {"cells": 2, "level": level, "operations": ops}
+
+    tasks = {
+        "t1": {"method": "verified", "family": "f", "difficulty": difficulty("medium", ["filter", "mean"])},
+        "t2": {"method": "verified", "family": "f", "difficulty": difficulty("medium", ["groupby", "max"])},
+        "t3": {"method": "verified", "family": "f", "difficulty": difficulty("easy", ["count"])},
+    }
+    records = [
+        {"episode_id": f"e{t}", "task_id": t, "reward_status": "scored", "reward": 1.0, "format_ok": True}
+        for t in tasks
+    ]
+    report = build_report(records, tasks, 1)
+    assert sorted(report["breakdowns"]["difficulty"]) == ["easy", "medium"]
+    assert report["breakdowns"]["difficulty"]["medium"]["episodes"] == 2
+    text = report_markdown(report, "t")
+    assert "| difficulty=medium | 2 |" in text
+    assert "| difficulty=easy | 1 |" in text
+    assert "{" not in text.split("## Components")[0]

@@ -202,12 +202,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from deepanalyze_env.offline.eval_plots import plot_compare
     from deepanalyze_env.offline.eval_report import (
         compare_markdown,
         compare_runs,
         fmt,
         load_eval,
-        plot_compare,
         write_json,
     )
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypedDict
 from deepanalyze_env.core.memory import PeakFigures
 
 if TYPE_CHECKING:  # the readers are imported when used: every CLI start imports this package
-    from deepanalyze_env.offline.eval_schema import PairedDiff
+    from deepanalyze_env.offline.eval_schema import MetricDiff
     from deepanalyze_env.trainers.trl.train import StepTeach, StepTime
 
 
@@ -52,9 +52,9 @@ class Coverage(TypedDict):
 StageComparison = TypedDict(
     "StageComparison",
     {
-        "reward": "PairedDiff",
-        "pass@1": "PairedDiff",
-        "format_gate": "PairedDiff",
+        "reward": "MetricDiff",
+        "pass@1": "MetricDiff",
+        "format_gate": "MetricDiff",
         "only_in_a": list[str],
         "only_in_b": list[str],
     },

@@ -13,25 +13,30 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
 
-import numpy as np
-
+from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject, JsonValue
 from deepanalyze_env.core.records import load_run, own_turn_indices
-from deepanalyze_env.offline.eval_schema import EvalReport
+from deepanalyze_env.offline.eval_schema import (
+    Comparison,
+    EpisodeCounts,
+    EvalReport,
+    MetricDiff,
+    PassAt,
+    Summary,
+    TaskMeans,
+)
+from deepanalyze_env.offline.report import bootstrap_ci, mean
 from deepanalyze_env.offline.rundir import read_plan
 from rewards import ACCURACY_COMPONENTS
-from rewards import accuracy_component as first_accuracy_component
-from rewards.plan import GATE_PENALTY
+from rewards.plan import GATE_PENALTY, spec_accuracy_component
 
-BOOTSTRAP_SAMPLES = 2000
-BOOTSTRAP_SEED = 0
 GATE_RAN = ("scored", "verifier_error")  # an environment_error episode never reached the gate
 # A planned episode with no record (its job raised, or the run was cut short): counted as a
 # failed gate — reward GATE_PENALTY, format gate 0, accuracy 0 — never left out of a rate.
-MISSING = "missing"
+MISSING: Literal["missing"] = "missing"
 FAILED = ("scored", MISSING)  # statuses whose reward enters the reward mean
 BREAKDOWNS = ("method", "family", "difficulty")
 TASKS_FILE = "tasks.json"
@@ -60,6 +65,39 @@ DEFINITIONS = (
 )
 
 
+# ---------------------------------------------------------------------------- the report's shapes
+
+
+class Placeholder(TypedDict):
+    """The stand-in record of a planned episode that left none (:func:`placeholder`)."""
+
+    episode_id: str
+    task_id: str
+    reward_spec: JsonValue  # the planned task's reward_spec (None when the plan has none)
+    reward_status: Literal["missing"]
+    reward: float
+    reward_components: dict[str, float]
+    format_ok: bool
+    termination: Literal["missing"]
+    turns: int
+    messages: list[JsonObject]
+
+
+ReportRecord = EpisodeRecord | Placeholder
+"""What a report counts: the folder's records, and a placeholder per missing episode."""
+
+
+class TaskInfo(TypedDict, total=False):
+    """One task as ``tasks.json`` describes it (:func:`task_meta`)."""
+
+    method: JsonValue
+    family: JsonValue
+    difficulty: JsonValue  # a bank task's {"level", "cells", "operations"}, or a plain label
+
+
+TASK_METRICS = ("reward", "pass@1", "format_gate")
+
+
 # ---------------------------------------------------------------------------- small statistics
 
 
@@ -73,69 +111,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def bootstrap_ci(
-    groups: Sequence[Sequence[float]],
-    statistic: Callable[[list[Sequence[float]]], float] | None = None,
-    *,
-    samples: int = BOOTSTRAP_SAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-) -> tuple[float, float] | None:
-    """95 % percentile interval of ``statistic`` over ``groups`` resampled with replacement.
-
-    The default statistic is the mean of all values in the resampled groups (episode-weighted).
-    """
-    groups = [list(g) for g in groups if len(g)]
-    if not groups:
-        return None
-    if statistic is None:
-
-        def statistic(gs):
-            flat = [x for g in gs for x in g]
-            return sum(flat) / len(flat)
-
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(groups), size=(samples, len(groups)))
-    values = np.array([statistic([groups[i] for i in row]) for row in idx])
-    low, high = np.percentile(values, [2.5, 97.5])
-    return float(low), float(high)
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def _rate(counter: Counter, n: int) -> dict[str, float]:
+def _rate(counter: Counter[str], n: int) -> dict[str, float]:
     return {k: v / n for k, v in sorted(counter.items())} if n else {}
 
 
 # ---------------------------------------------------------------------------- per-episode facts
 
 
-def accuracy_component(reward_spec: dict[str, Any] | None) -> str | None:
-    """The component that says whether the answer is right: the first of the method's built-ins
-    and ``reward_spec.function`` entries whose name ends in ``accuracy``."""
-    from rewards.methods import get_method
-    from rewards.plan import Scorer, function_refs
-    from rewards.registry import RewardSpecError, resolve
-
-    spec = reward_spec or {}
-    try:
-        names = list(get_method(str(spec.get("method"))).builtins)
-    except RewardSpecError:
-        names = []
-    try:
-        refs = function_refs(spec)
-    except RewardSpecError:
-        refs = []
-    for ref in refs:
-        try:
-            names += list(Scorer(resolve(ref.name), ref.args, ref.alias).component_names)
-        except (RewardSpecError, ImportError):
-            names.append(ref.alias or ref.name.rsplit(":", 1)[-1])
-    return first_accuracy_component(names)
-
-
-def episode_accuracy(record: dict[str, Any], component: str | None) -> float | None:
+def episode_accuracy(record: ReportRecord, component: str | None) -> float | None:
     """The accuracy value the report counts for one episode (see :data:`DEFINITIONS`)."""
     if component is None:
         return None
@@ -150,13 +133,13 @@ def episode_accuracy(record: dict[str, Any], component: str | None) -> float | N
     return None
 
 
-def completion_tokens(record: dict[str, Any]) -> int | None:
+def completion_tokens(record: ReportRecord) -> int | None:
     usage = record.get("usage") or {}
     value = usage.get("completion_tokens")
     return int(value) if value is not None else None
 
 
-def assistant_chars(record: dict[str, Any]) -> int:
+def assistant_chars(record: ReportRecord) -> int:
     """Characters of the policy's own turns (not a recovered episode's replayed prefix)."""
     messages = record.get("messages") or []
     return sum(len(messages[i].get("content") or "") for i in own_turn_indices(record))
@@ -165,25 +148,25 @@ def assistant_chars(record: dict[str, Any]) -> int:
 # ---------------------------------------------------------------------------- planned episodes
 
 
-def placeholder(episode_id: str, task_id: str, reward_spec: dict[str, Any] | None) -> dict[str, Any]:
+def placeholder(episode_id: str, task_id: str, reward_spec: JsonValue) -> Placeholder:
     """The stand-in record of a planned episode that left none: a failed gate (see DEFINITIONS)."""
-    return {
-        "episode_id": episode_id,
-        "task_id": task_id,
-        "reward_spec": reward_spec,
-        "reward_status": MISSING,
-        "reward": GATE_PENALTY,
-        "reward_components": {},
-        "format_ok": False,
-        "termination": MISSING,
-        "turns": 0,
-        "messages": [],
-    }
+    return Placeholder(
+        episode_id=episode_id,
+        task_id=task_id,
+        reward_spec=reward_spec,
+        reward_status=MISSING,
+        reward=GATE_PENALTY,
+        reward_components={},
+        format_ok=False,
+        termination=MISSING,
+        turns=0,
+        messages=[],
+    )
 
 
 def with_plan(
-    records: Sequence[dict[str, Any]], plan: dict[str, Any] | None
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    records: Sequence[ReportRecord], plan: JsonObject | None
+) -> tuple[list[ReportRecord], EpisodeCounts]:
     """``records`` plus a placeholder for every planned episode without one, and the counts.
 
     Without a plan (a folder made before ``planned.json``) the planned count is unknown and says
@@ -191,7 +174,7 @@ def with_plan(
     records = list(records)
     if plan is None:
         tasks = sorted({task_key(r) for r in records})
-        return records, {"planned": None, "finished": len(records), "missing": None, "tasks": tasks}
+        return records, EpisodeCounts(planned=None, finished=len(records), missing=None, tasks=tasks)
     have = {str(r.get("episode_id")) for r in records}
     specs = plan.get("reward_specs") or {}
     planned = plan.get("episodes") or []
@@ -200,25 +183,25 @@ def with_plan(
     out = records + [
         placeholder(str(e["episode_id"]), str(e["task_id"]), specs.get(e["task_id"])) for e in holes
     ]
-    counts = {
-        "planned": len(planned),
-        "finished": len(planned) - len(holes),
-        "missing": len(holes),
-        "missing_tasks": sorted({str(e["task_id"]) for e in holes}),
-        "unplanned": sum(1 for r in records if str(r.get("episode_id")) not in ids),
-        "tasks": sorted({str(e["task_id"]) for e in planned}),
-    }
+    counts = EpisodeCounts(
+        planned=len(planned),
+        finished=len(planned) - len(holes),
+        missing=len(holes),
+        missing_tasks=sorted({str(e["task_id"]) for e in holes}),
+        unplanned=sum(1 for r in records if str(r.get("episode_id")) not in ids),
+        tasks=sorted({str(e["task_id"]) for e in planned}),
+    )
     return out, counts
 
 
-def load_eval(folder: str | Path, *, rescored: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def load_eval(folder: str | Path, *, rescored: bool = True) -> tuple[list[ReportRecord], EpisodeCounts]:
     """An eval folder's records with its missing episodes as placeholders, and the counts: what
     every report, comparison and ``learn`` table reads, so none of them sees only the survivors."""
     folder = Path(folder)
     return with_plan(load_run(folder, rescored=rescored).records, read_plan(folder))
 
 
-def episode_line(counts: dict[str, Any]) -> str:
+def episode_line(counts: EpisodeCounts) -> str:
     """One line a reader cannot miss: planned, finished, missing (and what a missing one counts)."""
     if counts.get("planned") is None:
         return f"Episodes: {counts['finished']} recorded; planned unknown (the folder has no planned.json)."
@@ -226,7 +209,7 @@ def episode_line(counts: dict[str, Any]) -> str:
     line += f", missing {counts['missing']}"
     if counts["missing"]:
         line += (
-            f" (tasks {', '.join(counts['missing_tasks'])}; each counts as a failed gate: reward "
+            f" (tasks {', '.join(counts.get('missing_tasks', []))}; each counts as a failed gate: reward "
             f"{GATE_PENALTY}, accuracy 0)"
         )
     return line + "."
@@ -235,22 +218,35 @@ def episode_line(counts: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------- the report
 
 
-def task_key(record: dict[str, Any]) -> str:
+def task_key(record: ReportRecord) -> str:
     return str(record.get("task_id"))
 
 
+def per_task(records: Sequence[ReportRecord]) -> dict[str, list[ReportRecord]]:
+    """The records grouped by task (the unit every interval resamples)."""
+    by_task: dict[str, list[ReportRecord]] = defaultdict(list)
+    for record in records:
+        by_task[task_key(record)].append(record)
+    return by_task
+
+
+def gate_values(records: Sequence[ReportRecord]) -> list[float]:
+    """1 or 0 per episode whose format gate ran (or that is missing, a failed gate)."""
+    return [
+        1.0 if r.get("format_ok") else 0.0 for r in records if r.get("reward_status") in (*GATE_RAN, MISSING)
+    ]
+
+
 def summarize(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[ReportRecord],
     ks: Sequence[int],
     *,
     accuracy_override: str | None = None,
     threshold: float = 1.0,
-) -> dict[str, Any]:
+) -> Summary:
     """Every metric of one set of episodes (the whole run, or one family/method/difficulty)."""
     n = len(records)
-    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for record in records:
-        by_task[task_key(record)].append(record)
+    by_task = per_task(records)
     scored_by_task = [
         [
             float(r["reward"])
@@ -260,7 +256,6 @@ def summarize(
         for items in by_task.values()
     ]
     rewards = [x for g in scored_by_task for x in g]
-    gate = [r for r in records if r.get("reward_status") in (*GATE_RAN, MISSING)]
     components: dict[str, list[float]] = defaultdict(list)
     for r in records:
         if r.get("reward_status") == "scored":
@@ -268,15 +263,15 @@ def summarize(
                 components[name].append(float(value))
     acc_by_task: dict[str, list[float]] = {}
     for task, items in by_task.items():
-        component = accuracy_override or accuracy_component(items[0].get("reward_spec"))
+        component = accuracy_override or spec_accuracy_component(items[0].get("reward_spec"))
         values = [v for v in (episode_accuracy(r, component) for r in items) if v is not None]
         if component is not None and values:
             acc_by_task[task] = values
     correct = {t: (len(v), sum(1 for x in v if x >= threshold)) for t, v in acc_by_task.items()}
-    pass_at = {}
+    pass_at: dict[str, PassAt] = {}
     for k in ks:
         eligible = [pass_at_k(nt, ct, k) for nt, ct in correct.values() if nt >= k]
-        pass_at[str(k)] = {"value": _mean(eligible), "tasks": len(eligible)}
+        pass_at[str(k)] = PassAt(value=mean(eligible), tasks=len(eligible))
     acc_values = [x for v in acc_by_task.values() for x in v]
     done = [r for r in records if r.get("reward_status") != MISSING]
     turns = [int(r.get("turns") or 0) for r in done]
@@ -286,75 +281,74 @@ def summarize(
         "finished": len(done),
         "missing": n - len(done),
         "tasks": len(by_task),
-        "reward_mean": _mean(rewards),
+        "reward_mean": mean(rewards),
         "reward_ci95": bootstrap_ci(scored_by_task),
         "reward_n": len(rewards),
-        "format_gate_pass_rate": _mean([1.0 if r.get("format_ok") else 0.0 for r in gate]),
-        "format_gate_ci95": bootstrap_ci(
-            [
-                [
-                    1.0 if r.get("format_ok") else 0.0
-                    for r in items
-                    if r.get("reward_status") in (*GATE_RAN, MISSING)
-                ]
-                for items in by_task.values()
-            ]
-        ),
-        "accuracy_mean": _mean(acc_values),
+        "format_gate_pass_rate": mean(gate_values(records)),
+        "format_gate_ci95": bootstrap_ci([gate_values(items) for items in by_task.values()]),
+        "accuracy_mean": mean(acc_values),
         "accuracy_n": len(acc_values),
         "pass_at": pass_at,
-        "components": {name: _mean(values) for name, values in sorted(components.items())},
+        "components": {name: mean(values) for name, values in sorted(components.items())},
         "status_rates": _rate(Counter(str(r.get("reward_status")) for r in records), n),
         "termination_rates": _rate(Counter(str(r.get("termination")) for r in records), n),
-        "turns_mean": _mean(turns),
+        "turns_mean": mean(turns),
         "turns_max": max(turns) if turns else None,
-        "completion_tokens_mean": _mean(tokens) if len(tokens) == len(done) and done else None,
-        "assistant_chars_mean": _mean([assistant_chars(r) for r in done]),
+        "completion_tokens_mean": mean(tokens) if len(tokens) == len(done) and done else None,
+        "assistant_chars_mean": mean([assistant_chars(r) for r in done]),
     }
 
 
-def group_value(record: dict[str, Any], key: str, tasks: dict[str, dict[str, Any]]) -> str:
-    meta = tasks.get(task_key(record)) or {}
+def group_value(record: ReportRecord, key: str, tasks: Mapping[str, TaskInfo]) -> str:
+    """The group a record falls in for breakdown ``key``: its task's method, family or difficulty
+    (``?`` when the task does not say). A bank task's difficulty is an object (level, cells,
+    operations) that differs with every operation list; its groups are the levels, the one field
+    that orders tasks (``difficulty=medium``), not one group per object printed as a dict."""
+    meta = tasks.get(task_key(record)) or TaskInfo()
     if key == "method":
-        value = meta.get("method") or (record.get("reward_spec") or {}).get("method")
+        spec = record.get("reward_spec")
+        value = meta.get("method") or (spec.get("method") if isinstance(spec, dict) else None)
     else:
         value = meta.get(key)
+    if key == "difficulty" and isinstance(value, dict):
+        value = value.get("level")
     return "?" if value is None else str(value)
 
 
 def build_report(
-    records: Sequence[dict[str, Any]],
-    tasks: dict[str, dict[str, Any]],
+    records: Sequence[ReportRecord],
+    tasks: Mapping[str, TaskInfo],
     samples_per_task: int,
     *,
     accuracy_override: str | None = None,
     threshold: float = 1.0,
-    counts: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    counts: EpisodeCounts | None = None,
+) -> EvalReport:
     """The whole report: overall metrics, then the same per method, family and difficulty
     (a dimension appears when at least one task has the field). ``records`` hold the placeholders
     of missing episodes (:func:`with_plan`); ``counts`` are its counts."""
     ks = sorted({1, samples_per_task} | {2**i for i in range(1, 10) if 2**i < samples_per_task})
-    options = {"accuracy_override": accuracy_override, "threshold": threshold}
-    report: dict[str, Any] = {
-        "episodes": counts or with_plan(records, None)[1],
-        "overall": summarize(records, ks, **options),
-        "samples_per_task": samples_per_task,
-        "pass_at_ks": ks,
-        "accuracy_threshold": threshold,
-        "accuracy_component": accuracy_override,
-        "breakdowns": {},
-        "definitions": list(DEFINITIONS),
-    }
+
+    def measure(items: Sequence[ReportRecord]) -> Summary:
+        return summarize(items, ks, accuracy_override=accuracy_override, threshold=threshold)
+
+    report = EvalReport(
+        episodes=counts or with_plan(records, None)[1],
+        overall=measure(records),
+        samples_per_task=samples_per_task,
+        pass_at_ks=ks,
+        accuracy_threshold=threshold,
+        accuracy_component=accuracy_override,
+        breakdowns={},
+        definitions=list(DEFINITIONS),
+    )
     for key in BREAKDOWNS:
         if key != "method" and not any(key in meta for meta in tasks.values()):
             continue
-        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        groups: dict[str, list[ReportRecord]] = defaultdict(list)
         for record in records:
             groups[group_value(record, key, tasks)].append(record)
-        report["breakdowns"][key] = {
-            name: summarize(items, ks, **options) for name, items in sorted(groups.items())
-        }
+        report["breakdowns"][key] = {name: measure(items) for name, items in sorted(groups.items())}
     return report
 
 
@@ -362,65 +356,64 @@ def build_report(
 
 
 def per_task_means(
-    records: Sequence[dict[str, Any]], *, accuracy_override: str | None = None, threshold: float = 1.0
-) -> dict[str, dict[str, float | None]]:
+    records: Sequence[ReportRecord], *, accuracy_override: str | None = None, threshold: float = 1.0
+) -> dict[str, TaskMeans]:
     """Per task: mean reward (scored), accuracy rate (pass@1) and format-gate pass rate."""
-    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for record in records:
-        by_task[task_key(record)].append(record)
-    out = {}
+    by_task = per_task(records)
+    out: dict[str, TaskMeans] = {}
     for task, items in by_task.items():
-        component = accuracy_override or accuracy_component(items[0].get("reward_spec"))
+        component = accuracy_override or spec_accuracy_component(items[0].get("reward_spec"))
         acc = [v for v in (episode_accuracy(r, component) for r in items) if v is not None]
         out[task] = {
-            "reward": _mean([float(r["reward"]) for r in items if r.get("reward_status") in FAILED]),
-            "pass@1": _mean([1.0 if v >= threshold else 0.0 for v in acc]),
-            "format_gate": _mean(
-                [
-                    1.0 if r.get("format_ok") else 0.0
-                    for r in items
-                    if r.get("reward_status") in (*GATE_RAN, MISSING)
-                ]
-            ),
+            "reward": mean([float(r["reward"]) for r in items if r.get("reward_status") in FAILED]),
+            "pass@1": mean([1.0 if v >= threshold else 0.0 for v in acc]),
+            "format_gate": mean(gate_values(items)),
         }
     return out
 
 
-def compare_runs(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], **options: Any) -> dict[str, Any]:
+def compare_runs(
+    a: Sequence[ReportRecord],
+    b: Sequence[ReportRecord],
+    *,
+    accuracy_override: str | None = None,
+    threshold: float = 1.0,
+) -> Comparison:
     """Paired per-task differences B − A of reward, pass@1 and format-gate rate, with intervals."""
-    ta, tb = per_task_means(a, **options), per_task_means(b, **options)
+    ta = per_task_means(a, accuracy_override=accuracy_override, threshold=threshold)
+    tb = per_task_means(b, accuracy_override=accuracy_override, threshold=threshold)
     common = sorted(set(ta) & set(tb))
-    metrics = {}
-    for metric in ("reward", "pass@1", "format_gate"):
+    metrics: dict[str, MetricDiff] = {}
+    for metric in TASK_METRICS:
         pairs = [
             (t, ta[t][metric], tb[t][metric])
             for t in common
             if ta[t][metric] is not None and tb[t][metric] is not None
         ]
         diffs = [vb - va for _, va, vb in pairs]
-        metrics[metric] = {
-            "tasks": len(pairs),
-            "mean_a": _mean([va for _, va, _ in pairs]),
-            "mean_b": _mean([vb for _, _, vb in pairs]),
-            "mean_diff": _mean(diffs),
-            "diff_ci95": bootstrap_ci([[d] for d in diffs]),
-            "b_better": sum(1 for d in diffs if d > 0),
-            "a_better": sum(1 for d in diffs if d < 0),
-            "ties": sum(1 for d in diffs if d == 0),
-        }
-    return {
-        "metrics": metrics,
-        "per_task": {t: {"a": ta[t], "b": tb[t]} for t in common},
-        "only_in_a": sorted(set(ta) - set(tb)),
-        "only_in_b": sorted(set(tb) - set(ta)),
-        "definitions": [DEFINITIONS[-1], DEFINITIONS[0], DEFINITIONS[1].split(";")[1].strip()],
-    }
+        metrics[metric] = MetricDiff(
+            tasks=len(pairs),
+            mean_a=mean([va for _, va, _ in pairs]),
+            mean_b=mean([vb for _, _, vb in pairs]),
+            mean_diff=mean(diffs),
+            diff_ci95=bootstrap_ci([[d] for d in diffs]),
+            b_better=sum(1 for d in diffs if d > 0),
+            a_better=sum(1 for d in diffs if d < 0),
+            ties=sum(1 for d in diffs if d == 0),
+        )
+    return Comparison(
+        metrics=metrics,
+        per_task={t: {"a": ta[t], "b": tb[t]} for t in common},
+        only_in_a=sorted(set(ta) - set(tb)),
+        only_in_b=sorted(set(tb) - set(ta)),
+        definitions=[DEFINITIONS[-1], DEFINITIONS[0], DEFINITIONS[1].split(";")[1].strip()],
+    )
 
 
 # ---------------------------------------------------------------------------- writing
 
 
-def fmt(value: Any, signed: bool = False) -> str:
+def fmt(value: float | int | str | Sequence[float] | None, signed: bool = False) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):
@@ -430,12 +423,12 @@ def fmt(value: Any, signed: bool = False) -> str:
     return str(value)
 
 
-def episodes_cell(s: dict[str, Any]) -> str:
+def episodes_cell(s: Summary) -> str:
     """``6`` or ``6 (1 missing)``: the planned episodes a row's figures are over."""
     return f"{s['episodes']} ({s['missing']} missing)" if s.get("missing") else str(s["episodes"])
 
 
-def summary_row(name: str, s: dict[str, Any], ks: Sequence[int]) -> list[str]:
+def summary_row(name: str, s: Summary, ks: Sequence[int]) -> list[str]:
     """One group's row of the report table (markdown here, the console in the commands)."""
     return [
         name,
@@ -448,7 +441,7 @@ def summary_row(name: str, s: dict[str, Any], ks: Sequence[int]) -> list[str]:
     ]
 
 
-def report_markdown(report: dict[str, Any], title: str) -> str:
+def report_markdown(report: EvalReport, title: str) -> str:
     ks = report["pass_at_ks"]
     head = [
         "group",
@@ -483,7 +476,7 @@ def report_markdown(report: dict[str, Any], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def compare_markdown(result: dict[str, Any], label_a: str, label_b: str) -> str:
+def compare_markdown(result: Comparison, label_a: str, label_b: str) -> str:
     lines = [
         f"# Compare: A = `{label_a}`, B = `{label_b}`",
         "",
@@ -508,89 +501,16 @@ def compare_markdown(result: dict[str, Any], label_a: str, label_b: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_report(report: dict[str, Any], png: Path) -> None:
-    """One panel per dimension (all, method, family, difficulty): reward with its interval,
-    format-gate pass rate and pass@1 side by side per group."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [("all", {"all": report["overall"]}), *report["breakdowns"].items()]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4), squeeze=False)
-    for ax, (key, groups) in zip(axes[0], panels, strict=True):
-        names = list(groups)
-        x = list(range(len(names)))  # plain floats: matplotlib's bar warns on numpy positions
-        width = 0.27
-        reward = [groups[g]["reward_mean"] for g in names]
-        ci = [groups[g]["reward_ci95"] for g in names]
-        err = [
-            [max(r - c[0], 0.0) if r is not None and c else 0.0 for r, c in zip(reward, ci, strict=True)],
-            [max(c[1] - r, 0.0) if r is not None and c else 0.0 for r, c in zip(reward, ci, strict=True)],
-        ]
-        left = [i - width for i in x]
-        ax.bar(left, [r if r is not None else 0.0 for r in reward], width, label="reward")
-        ax.errorbar(
-            left, [r if r is not None else 0.0 for r in reward], yerr=err, fmt="none", capsize=3, color="k"
-        )
-        ax.bar(x, [groups[g]["format_gate_pass_rate"] or 0.0 for g in names], width, label="format gate")
-        right = [i + width for i in x]
-        ax.bar(right, [groups[g]["pass_at"]["1"]["value"] or 0.0 for g in names], width, label="pass@1")
-        ax.set_xticks(x, names, rotation=20, fontsize=8)
-        ax.set_ylim(-1.05, 1.05)
-        ax.axhline(0, color="black", linewidth=0.5)
-        ax.set_title(key)
-        ax.grid(axis="y", alpha=0.3)
-    axes[0][0].legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-
-
-def plot_compare(result: dict[str, Any], png: Path, label_a: str, label_b: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    metrics = list(result["metrics"].items())
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for i, (name, m) in enumerate(metrics):
-        diffs = [
-            v["b"][name] - v["a"][name]
-            for v in result["per_task"].values()
-            if v["a"][name] is not None and v["b"][name] is not None
-        ]
-        ax.scatter([i] * len(diffs), diffs, alpha=0.4, s=12)
-        if m["mean_diff"] is not None and m["diff_ci95"]:
-            low, high = m["diff_ci95"]
-            ax.errorbar(
-                [i + 0.15],
-                [m["mean_diff"]],
-                yerr=[[m["mean_diff"] - low], [high - m["mean_diff"]]],
-                fmt="o",
-                color="black",
-                capsize=4,
-            )
-    ax.axhline(0, color="gray", linewidth=0.8)
-    ax.set_xticks(range(len(metrics)), [name for name, _ in metrics])
-    ax.set_ylabel(f"per task: {label_b} − {label_a}")
-    ax.set_title("paired differences (dots: tasks; bar: mean, 95% CI)")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-
-
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: Mapping[str, object]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
     tmp.replace(path)
 
 
-def task_meta(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def task_meta(rows: Sequence[JsonObject]) -> dict[str, TaskInfo]:
     """Per task id: method, family, difficulty — from the rows the eval runs (task fields travel in
     ``extra_info``; DeepAnalyze rows may carry them at the top level)."""
-    meta: dict[str, dict[str, Any]] = {}
+    meta: dict[str, TaskInfo] = {}
     for row in rows:
         info = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
         spec = row.get("reward_spec")
@@ -599,7 +519,7 @@ def task_meta(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 spec = json.loads(spec)
             except ValueError:
                 spec = {}
-        entry = {"method": (spec or {}).get("method") or info.get("method")}
+        entry = TaskInfo(method=(spec or {}).get("method") or info.get("method"))
         for key in ("family", "difficulty"):
             value = row.get(key, info.get(key))
             if value is not None:
@@ -610,7 +530,7 @@ def task_meta(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def write_report(
     folder: Path, samples_per_task: int, accuracy_component: str | None = None, threshold: float = 1.0
-) -> dict[str, Any]:
+) -> EvalReport:
     """Build the eval folder's report from its records and planned episodes (a missing one counts
     as a failed gate) and write ``report.json``, ``report.md`` and ``report.png``."""
     records, counts = load_eval(folder)
@@ -627,6 +547,8 @@ def write_report(
     report["folder"] = str(folder)
     write_json(folder / "report.json", report)
     (folder / "report.md").write_text(report_markdown(report, f"Eval: {folder}"))
+    from deepanalyze_env.offline.eval_plots import plot_report  # matplotlib: only when writing
+
     plot_report(report, folder / "report.png")
     return report
 

@@ -1,6 +1,7 @@
-"""An eval folder's ``report.json`` as types: what ``eval_report`` writes (``write_report``) and
-what reads it back (``eval_report.read_report``: ``learn``'s stages and summary, the commands that
-print a report). Kept apart from the statistics so the contract is read in one place."""
+"""An eval folder's ``report.json`` and ``eval --compare``'s result as types: what
+``eval_report`` builds and writes, and what reads them back (``eval_report.read_report``:
+``learn``'s stages and summary, the commands that print a report). Kept apart from the
+statistics so the contract is read in one place."""
 
 from __future__ import annotations
 
@@ -8,40 +9,39 @@ from typing import NotRequired, TypedDict
 
 
 class EpisodeCounts(TypedDict):
-    """How many episodes a report's figures are over (:func:`with_plan`); ``planned`` and
-    ``missing`` are None for a folder without ``planned.json``."""
+    """Planned, finished and missing episodes (:func:`with_plan`); ``planned`` and ``missing`` are
+    None for a folder without ``planned.json``, which also lacks the other optional keys."""
 
     planned: int | None
     finished: int
     missing: int | None
-    tasks: list[str]  # the planned tasks (the recorded ones without a plan)
+    tasks: list[str]
     missing_tasks: NotRequired[list[str]]
-    unplanned: NotRequired[int]
+    unplanned: NotRequired[int]  # records whose episode the plan does not name
 
 
 class PassAt(TypedDict):
-    """pass@k over the tasks measured at least k times (None when none was)."""
+    """pass@k of a group, and over how many tasks (those with at least k measured episodes)."""
 
     value: float | None
-    tasks: int  # tasks with at least k measured episodes
+    tasks: int
 
 
 class Summary(TypedDict):
-    """:func:`summarize`'s figures of one set of episodes, as ``report.json`` holds them (an
-    interval is a ``[low, high]`` pair, or None without data)."""
+    """Every metric of one group of episodes (:func:`summarize`; see :data:`DEFINITIONS`)."""
 
     episodes: int
     finished: int
     missing: int
     tasks: int
     reward_mean: float | None
-    reward_ci95: list[float] | None
+    reward_ci95: tuple[float, float] | None
     reward_n: int
     format_gate_pass_rate: float | None
-    format_gate_ci95: list[float] | None
+    format_gate_ci95: tuple[float, float] | None
     accuracy_mean: float | None
     accuracy_n: int
-    pass_at: dict[str, PassAt]  # k (as a string) -> pass@k
+    pass_at: dict[str, PassAt]  # str(k) → pass@k
     components: dict[str, float | None]
     status_rates: dict[str, float]
     termination_rates: dict[str, float]
@@ -51,28 +51,47 @@ class Summary(TypedDict):
     assistant_chars_mean: float | None
 
 
-class PairedDiff(TypedDict):
-    """One metric of :func:`compare_runs`: per-task means of A and B over the paired tasks, B − A."""
-
-    tasks: int
-    mean_a: float | None
-    mean_b: float | None
-    mean_diff: float | None
-    diff_ci95: list[float] | tuple[float, float] | None
-    b_better: int
-    a_better: int
-    ties: int
-
-
 class EvalReport(TypedDict):
-    """An eval folder's ``report.json`` (:func:`build_report`, written by :func:`write_report`)."""
+    """``report.json`` of an eval folder (:func:`build_report`, :func:`write_report`)."""
 
     episodes: EpisodeCounts
     overall: Summary
     samples_per_task: int
     pass_at_ks: list[int]
     accuracy_threshold: float
-    accuracy_component: str | None
-    breakdowns: dict[str, dict[str, Summary]]  # method/family/difficulty -> group -> figures
+    accuracy_component: str | None  # the --accuracy-component override; None: each method's own
+    breakdowns: dict[str, dict[str, Summary]]  # method/family/difficulty → group name → metrics
     definitions: list[str]
-    folder: str
+    folder: NotRequired[str]  # set by write_report
+
+
+TaskMeans = TypedDict(
+    "TaskMeans", {"reward": float | None, "pass@1": float | None, "format_gate": float | None}
+)
+"""One task's means that ``--compare`` pairs (:func:`per_task_means`): scored reward, pass@1 and
+format-gate pass rate (the functional form: ``pass@1`` is not an identifier)."""
+
+
+class MetricDiff(TypedDict):
+    """One metric of a comparison: paired per-task differences B − A."""
+
+    tasks: int
+    mean_a: float | None
+    mean_b: float | None
+    mean_diff: float | None
+    diff_ci95: tuple[float, float] | None
+    b_better: int
+    a_better: int
+    ties: int
+
+
+class Comparison(TypedDict):
+    """``eval --compare``'s result (:func:`compare_runs`)."""
+
+    metrics: dict[str, MetricDiff]  # one per TASK_METRICS
+    per_task: dict[str, dict[str, TaskMeans]]  # task → "a" / "b" → its means
+    only_in_a: list[str]
+    only_in_b: list[str]
+    definitions: list[str]
+    a: NotRequired[str]  # the folders' labels, added by ``eval --compare``
+    b: NotRequired[str]

@@ -1,11 +1,11 @@
 """Export run records as a Hub-ready dataset folder (``deepanalyze-rl export``).
 
 The folder is what ``datasets.load_dataset(DIR)`` loads directly and what ``hf upload`` pushes:
-``data/<split>-NNNNN-of-NNNNN.parquet`` shards and a ``README.md`` dataset card whose YAML
-header is Hub metadata (licence, task categories, tags, ``configs`` with ``data_files``, the
-features) and whose body says how the data was made — versions, judge, kernel, policies,
-filter, counts and the ``stats`` figures — because a trajectory dataset without its
-provenance cannot be compared with anything.
+``data/<split>-NNNNN-of-NNNNN.parquet`` shards and a ``README.md`` dataset card
+(:mod:`.export_card`) whose YAML header is Hub metadata (licence, task categories, tags,
+``configs`` with ``data_files``, the features) and whose body says how the data was made —
+versions, judge, kernel, policies, filter, counts and the ``stats`` figures — because a
+trajectory dataset without its provenance cannot be compared with anything.
 
 Columns: the record's scalar fields as they are; ``messages`` as a list of ``{role, content}``
 (what TRL's ``SFTTrainer`` reads); ``reward_components`` as a struct with one field per
@@ -24,26 +24,28 @@ import os
 import re
 import shutil
 import tempfile
-import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
+from deepanalyze_env.core.contracts import EpisodeRecord, JsonValue
 from deepanalyze_env.core.filters import DERIVED, RecordFilter
 from deepanalyze_env.core.records import load_run
+from deepanalyze_env.offline.export_card import SourceInfo, card_body, card_metadata
 from deepanalyze_env.offline.rundir import MANIFEST
-from deepanalyze_env.offline.stats import compute_stats, summary_rows
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
 JSON_COLUMNS = ("reward_spec", "exec", "judge", "usage", "agent", "versions", "timings")
 SHARD_ROWS = 5000
 SPLIT_NAME = re.compile(r"^\w+(\.\w+)*$")  # what the Hub accepts as a split name
-SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"))
 # Fields --split-by can name besides the record's own (see filters.DERIVED for method).
-SPLIT_FIELDS: dict[str, Callable[[dict[str, Any]], Any]] = {
+SPLIT_FIELDS: dict[str, Callable[[EpisodeRecord], JsonValue]] = {
     **DERIVED,
     "policy_id": lambda r: (r.get("versions") or {}).get("policy_id"),
     "profile": lambda r: (r.get("versions") or {}).get("profile"),
@@ -67,21 +69,64 @@ class ExportReport:
     dropped_by_splits: int = 0
 
 
+class Message(TypedDict):
+    """A message of the ``messages`` column: what TRL's SFTTrainer reads."""
+
+    role: str
+    content: str
+
+
+class ExportRow(TypedDict):
+    """One row of the exported dataset (:func:`to_row`; its columns: :func:`arrow_schema`,
+    :data:`COLUMN_DOCS`). The record's nested fields (:data:`JSON_COLUMNS`) follow as JSON text."""
+
+    episode_id: str
+    run: str
+    task_id: str | None
+    task_hash: str | None
+    method: str | None
+    policy_id: str | None
+    input_seq: str | None
+    data: str | None
+    workspace_id: str | None
+    messages: list[Message]
+    reward: float | None
+    reward_status: str | None
+    format_ok: bool | None
+    gate: str | None
+    termination: str | None
+    code_pass: list[int]
+    turns: int | None
+    error: str | None
+    reward_components: NotRequired[dict[str, float | None]]
+    reward_spec: str | None  # the JSON_COLUMNS: the record's nested fields as JSON text
+    exec: str | None
+    judge: str | None
+    usage: str | None
+    agent: str | None
+    versions: str | None
+    timings: str | None
+
+
+SplitRule = tuple[Literal["fraction"], dict[str, float]] | tuple[Literal["filter"], dict[str, RecordFilter]]
+"""``--splits`` read (:func:`parse_splits`): fractions by task, or filter expressions per split."""
+
+
 # ---------------------------------------------------------------------------- splits
 
 
-def split_field_value(record: dict[str, Any], name: str) -> Any:
+def split_field_value(record: EpisodeRecord, name: str) -> JsonValue:
     if name in SPLIT_FIELDS:
         return SPLIT_FIELDS[name](record)
     return record.get(name)
 
 
-def split_name(value: Any) -> str:
+def split_name(value: JsonValue) -> str:
     name = re.sub(r"\W+", "_", str(value)).strip("_")
     return name or "none"
 
 
-def parse_splits(specs: Sequence[str]) -> tuple[str, dict[str, Any]]:
+def parse_splits(specs: Sequence[str]) -> SplitRule:
     """``NAME=FRACTION …`` (by task, so a task's samples never straddle splits) or ``NAME=EXPR …``
     (first matching expression wins). Returns ("fraction" | "filter", {name: value})."""
     parsed: dict[str, str] = {}
@@ -119,10 +164,10 @@ def _task_position(task_id: str) -> float:
 
 
 def assign_splits(
-    records: Sequence[dict[str, Any]], split_by: str | None, splits: Sequence[str] | None
-) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    records: Sequence[EpisodeRecord], split_by: str | None, splits: Sequence[str] | None
+) -> tuple[dict[str, list[EpisodeRecord]], int]:
     """Records per split name (in record order) and how many no split took."""
-    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    out: dict[str, list[EpisodeRecord]] = defaultdict(list)
     dropped = 0
     if split_by:
         known = {*SPLIT_FIELDS, *(k for r in records for k in r)}
@@ -143,11 +188,11 @@ def assign_splits(
                 )
             out[name].append(record)
     elif splits:
-        kind, spec = parse_splits(splits)
-        if kind == "fraction":
+        rule = parse_splits(splits)
+        if rule[0] == "fraction":
             bounds = []
             acc = 0.0
-            for name, frac in spec.items():
+            for name, frac in rule[1].items():
                 acc += frac
                 bounds.append((acc, name))
             for record in records:
@@ -156,7 +201,7 @@ def assign_splits(
                 out[name].append(record)
         else:
             for record in records:
-                name = next((n for n, flt in spec.items() if flt(record)), None)
+                name = next((n for n, flt in rule[1].items() if flt(record)), None)
                 if name is None:
                     dropped += 1
                 else:
@@ -169,11 +214,11 @@ def assign_splits(
 # ---------------------------------------------------------------------------- rows
 
 
-def to_row(record: dict[str, Any], components: Sequence[str], run: str) -> dict[str, Any]:
+def to_row(record: EpisodeRecord, components: Sequence[str], run: str) -> ExportRow:
     versions = record.get("versions") or {}
     comps = record.get("reward_components") or {}
     reward = record.get("reward")
-    row: dict[str, Any] = {
+    row: ExportRow = {
         "episode_id": str(record.get("episode_id")),
         "run": run,
         "task_id": _str_or_none(record.get("task_id")),
@@ -184,7 +229,7 @@ def to_row(record: dict[str, Any], components: Sequence[str], run: str) -> dict[
         "data": _str_or_none(record.get("data")),
         "workspace_id": _str_or_none(record.get("workspace_id")),
         "messages": [
-            {"role": str(m.get("role")), "content": str(m.get("content") or "")}
+            Message(role=str(m.get("role")), content=str(m.get("content") or ""))
             for m in record.get("messages") or []
         ],
         # an unscored episode's reward is a placeholder (0.0), never a reward a dataset should average
@@ -209,11 +254,11 @@ def to_row(record: dict[str, Any], components: Sequence[str], run: str) -> dict[
     return row
 
 
-def _str_or_none(value: Any) -> str | None:
+def _str_or_none(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def arrow_schema(components: Sequence[str]) -> Any:
+def arrow_schema(components: Sequence[str]) -> pa.Schema:
     import pyarrow as pa
 
     fields = [
@@ -242,244 +287,29 @@ def arrow_schema(components: Sequence[str]) -> Any:
     return pa.schema(fields)
 
 
-COLUMN_DOCS = {
-    "episode_id": "unique id of the episode (run id, task index, sample index for `rollout` runs)",
-    "run": "the run folder or file the episode came from",
-    "task_id": "the task; samples of one task form a GRPO group",
-    "task_hash": "hash of the task's initial state (reward_spec, input_seq, data, workspace_id)",
-    "method": "`reward_spec.method`: qa, datatask, openresearch or a registered method",
-    "policy_id": "who acted (`versions.policy_id`)",
-    "input_seq": "the task instruction",
-    "data, workspace_id": "the data folder the episode's kernel ran against",
-    "messages": "the conversation, `[{role, content}]`: prompt, policy turns, `<Execute>` observations",
-    "reward": "the episode reward (null unless `reward_status` is `scored`)",
-    "reward_status": "`scored`, `verifier_error` or `environment_error`",
-    "format_ok, gate": "whether the format gate passed, and which check failed",
-    "termination": "how the episode ended (`answer`, `max_turns`, `length`, …)",
-    "code_pass": "per executed cell, 1 if it ran without error",
-    "turns": "policy turns",
-    "error": "why an episode was not scored",
-    "reward_components": "one field per reward component (null where the episode lacks it)",
-    "reward_spec, exec, judge, usage, versions, timings": "the record's nested fields as JSON text "
-    "(`json.loads` them): reward spec, per-cell execution status/time, judge calls and replies, token "
-    "usage, versions manifest, timings",
-}
-
-
-# ---------------------------------------------------------------------------- the card
-
-
-def _md(value: Any) -> str:
-    """Run text inside a Markdown table cell: no markup, no cell breaks."""
-    text = " ".join(str(value).split())
-    for ch, rep in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "'")):
-        text = text.replace(ch, rep)
-    for ch in "*_[]#":
-        text = text.replace(ch, "\\" + ch)
-    return text
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, escape: bool = True) -> list[str]:
-    """A Markdown table; cells are escaped (run data is text) unless they are this module's own prose."""
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(_md(c) if escape else str(c) for c in row) + " |" for row in rows]
-    return lines
-
-
-def _size_category(n: int) -> str:
-    for limit, name in SIZE_CATEGORIES:
-        if n < limit:
-            return name
-    return "1M<n<10M"
-
-
-def card_metadata(
-    split_counts: dict[str, int],
-    split_bytes: dict[str, int],
-    features: Any,
-    license_id: str,
-    pretty_name: str,
-) -> dict:
-    """The YAML header, as a dict (validated by huggingface_hub's DatasetCardData on write)."""
-    from datasets import DatasetInfo, SplitDict, SplitInfo
-
-    splits = SplitDict()
-    for name, n in split_counts.items():
-        splits.add(SplitInfo(name=name, num_examples=n, num_bytes=split_bytes.get(name, 0)))
-    info_yaml = DatasetInfo(features=features, splits=splits)._to_yaml_dict()
-    return {
-        "license": license_id,
-        "pretty_name": pretty_name,
-        "task_categories": ["text-generation"],
-        "tags": ["deepanalyze", "data-analysis", "agent-trajectories", "reinforcement-learning", "code"],
-        "size_categories": [_size_category(sum(split_counts.values()))],
-        "configs": [
-            {
-                "config_name": "default",
-                "data_files": [{"split": name, "path": f"data/{name}-*"} for name in split_counts],
-            }
-        ],
-        "dataset_info": {"features": info_yaml["features"], "splits": info_yaml["splits"]},
-    }
-
-
-def _versions_section(versions: Sequence[dict[str, Any]]) -> list[str]:
-    """The card's Versions section: package, profile, plan, judge, rubric prompts, kernel, policies."""
-    lines: list[str] = []
-    lines += ["", "## Versions", ""]
-    rows = []
-    for key, label in (
-        ("package", "deepanalyze-env"),
-        ("profile", "reward profile"),
-        ("reward_plan", "reward plan fingerprint"),
-        ("judge_model", "judge model"),
-    ):
-        counts = Counter(str(v.get(key)) for v in versions if v.get(key) is not None)
-        rows.append([label, ", ".join(f"{k} ({n})" for k, n in sorted(counts.items())) or "–"])
-    lines += _table(["what", "values (episodes)"], rows)
-    prompts: dict[str, Counter] = defaultdict(Counter)
-    for v in versions:
-        for rubric, digest in (v.get("judge_prompts") or {}).items():
-            prompts[rubric][str(digest)] += 1
-    if prompts:
-        lines += ["", "Judge rubric prompts (sha256):", ""]
-        lines += _table(
-            ["rubric", "prompt hash (episodes)"],
-            [[k, ", ".join(f"{d} ({n})" for d, n in sorted(c.items()))] for k, c in sorted(prompts.items())],
-        )
-    kernel: dict[str, Counter] = defaultdict(Counter)
-    for v in versions:
-        for pkg, ver in (v.get("kernel") or {}).items():
-            kernel[pkg][str(ver)] += 1
-    if kernel:
-        lines += ["", "Kernel packages (the stack the agent's code ran against):", ""]
-        lines += _table(
-            ["package", "version (episodes)"],
-            [
-                [k, ", ".join(f"{ver} ({n})" for ver, n in sorted(c.items()))]
-                for k, c in sorted(kernel.items())
-            ],
-        )
-    policies = Counter(str(v.get("policy_id")) for v in versions)
-    lines += ["", "Policies:", ""]
-    lines += _table(["policy id", "episodes"], sorted(policies.items()))
-    return lines
-
-
-def _counts_section(records: Sequence[dict[str, Any]], split_counts: dict[str, int]) -> list[str]:
-    """The card's Counts and Statistics sections."""
-    lines: list[str] = []
-    lines += ["", "## Counts", ""]
-    lines += _table(["split", "episodes"], list(split_counts.items()))
-    for label, key in (("reward status", "reward_status"), ("method", None), ("termination", "termination")):
-        counts = Counter(str(DERIVED["method"](r) if key is None else r.get(key)) for r in records)
-        lines += [""]
-        lines += _table([label, "episodes"], sorted(counts.items()))
-    stats = compute_stats(records)
-    lines += ["", "## Statistics (`deepanalyze-rl stats` over the exported episodes)", ""]
-    lines += _table(["metric", "value"], [[k.strip(), v] for k, v in summary_rows(stats)])
-    if stats["components"]:
-        lines += ["", "Reward components (scored episodes):", ""]
-        lines += _table(
-            ["component", "n", "mean"],
-            [[k, v["n"], f"{v['mean']:.4f}"] for k, v in stats["components"].items()],
-        )
-    return lines
-
-
-def card_body(
-    *,
-    title: str,
-    records: Sequence[dict[str, Any]],
-    split_counts: dict[str, int],
-    sources: Sequence[dict[str, Any]],
-    keep: str | None,
-    split_rule: str,
-    episodes_in: int,
-    duplicates: Sequence[str],
-    dropped_by_splits: int,
-) -> str:
-    versions = [r.get("versions") or {} for r in records]
-    lines = [f"# {_md(title)}", ""]
-    lines += [
-        "Trajectories of data-analysis agents in the DeepAnalyze protocol (`<Analyze>`, `<Code>`, "
-        "`<Execute>`, `<Answer>` turns), collected with "
-        "deepanalyze-env and exported with `deepanalyze-rl export`. Each row "
-        "is one episode: the conversation, the reward with its components, and how it was scored.",
-        "",
-        "```python",
-        "from datasets import load_dataset",
-        'ds = load_dataset("path/or/hub-id")            # splits: ' + ", ".join(split_counts),
-        "# SFT: the messages column is what TRL's SFTTrainer reads",
-        'sft = ds["' + next(iter(split_counts)) + '"].select_columns(["messages"])',
-        "```",
-        "",
-        "Upload with `hf upload USER/NAME DIR --repo-type dataset` (not done by the export).",
-        "",
-        "## How it was made",
-        "",
-    ]
-    lines += _table(
-        ["source", "run id", "created", "policy", "tasks", "samples", "episodes"],
-        [
-            [
-                s["path"],
-                s.get("run_id", "–"),
-                s.get("created", "–"),
-                s.get("policy", "–"),
-                s.get("tasks", "–"),
-                s.get("samples", "–"),
-                s["episodes"],
-            ]
-            for s in sources
-        ],
-    )
-    lines += [
-        "",
-        f"- episodes read: {episodes_in}; exported: {len(records)}",
-        f"- filter (`--keep`): {'`' + keep.replace('`', chr(39)) + '`' if keep else 'none (every episode)'}",
-        f"- splits: {split_rule}",
-    ]
-    if dropped_by_splits:
-        lines.append(f"- episodes matched by no split expression (left out): {dropped_by_splits}")
-    if duplicates:
-        shown = ", ".join(_md(d) for d in duplicates[:10])
-        lines.append(
-            f"- duplicate episode ids across sources: {len(duplicates)}, kept once (the first source's "
-            f"copy): {shown}{' …' if len(duplicates) > 10 else ''}"
-        )
-    lines += _versions_section(versions)
-    lines += _counts_section(records, split_counts)
-    lines += ["", "## Columns", ""]
-    lines += _table(["column", "meaning"], [[f"`{k}`", v] for k, v in COLUMN_DOCS.items()], escape=False)
-    lines += ["", f"Exported {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.", ""]
-    return "\n".join(lines)
-
-
 # ---------------------------------------------------------------------------- export
 
 
-def _source_info(path: Path, episodes: int) -> dict[str, Any]:
-    info: dict[str, Any] = {"path": str(path), "episodes": episodes}
+def _source_info(path: Path, episodes: int) -> SourceInfo:
+    info = SourceInfo(path=str(path), episodes=episodes)
     manifest = path / MANIFEST if path.is_dir() else None
     if manifest is not None and manifest.is_file():
         data = json.loads(manifest.read_text())
-        info.update(
-            run_id=data.get("run_id"),
-            created=data.get("created"),
-            policy=data.get("policy"),
-            tasks=", ".join(Path(t).name for t in data.get("tasks") or []) or None,
-            samples=data.get("samples"),
-        )
-    return {k: v for k, v in info.items() if v is not None}
+        for key in ("run_id", "created", "policy", "samples"):
+            if data.get(key) is not None:
+                info[key] = data[key]
+        tasks = ", ".join(Path(t).name for t in data.get("tasks") or [])
+        if tasks:
+            info["tasks"] = tasks
+    return info
 
 
 def _read_sources(
     sources: Sequence[str | Path], rescored: bool
-) -> tuple[list[dict[str, Any]], dict[str, str], list[dict[str, Any]], list[str], int]:
+) -> tuple[list[EpisodeRecord], dict[str, str], list[SourceInfo], list[str], int]:
     """Records of every run in order, the run each episode id came from (first copy wins), each
     source's summary, the duplicate ids and the number of episodes read."""
-    records: list[dict[str, Any]] = []
+    records: list[EpisodeRecord] = []
     run_of: dict[str, str] = {}
     source_info = []
     duplicates: list[str] = []
@@ -502,10 +332,10 @@ def _read_sources(
 def _write_shards(
     folder: Path,
     name: str,
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[EpisodeRecord],
     components: list[str],
     run_of: dict[str, str],
-    schema: Any,
+    schema: pa.Schema,
     shard_rows: int,
 ) -> list[tuple[Path, int]]:
     """One split's Parquet shards under ``folder/data``: (path relative to the dataset, bytes)."""
@@ -609,10 +439,9 @@ def _split_rule(split_by: str | None, splits: Sequence[str] | None) -> str:
     if split_by:
         return f"one split per value of `{split_by}`"
     if splits:
-        kind, _ = parse_splits(splits)
         rule = (
             "by task (every sample of a task in one split), fractions"
-            if kind == "fraction"
+            if parse_splits(splits)[0] == "fraction"
             else "first match of"
         )
         return f"{rule} " + ", ".join(f"`{s.replace('`', chr(39))}`" for s in splits)

@@ -23,11 +23,12 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Literal, TypedDict
 
 from deepanalyze_env import ENV_ID
 from deepanalyze_env.core.cells import replay_prefix
 from deepanalyze_env.core.config import ConfigError, EnvConfig
+from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject, JsonValue
 from deepanalyze_env.core.env import load_system_prompt
 from deepanalyze_env.core.prefix import OBSERVATION_HEAD
 from deepanalyze_env.core.profiles import PROFILES
@@ -51,6 +52,26 @@ class Lineage(TypedDict):
     failed_status: str  # "error" | "timeout"
 
 
+Message = dict[str, JsonValue]  # a chat message as the record holds it
+
+
+class RecoveryRow(TypedDict):
+    """A dataset row of a recovery task (:func:`recovery_row`): the parent's task fields, the
+    conversation up to the failed cell's observation (``prefix``) and where it came from."""
+
+    prompt: list[Message]
+    env_class: str
+    reward_spec: JsonValue
+    data: str | None
+    workspace_id: str | None
+    input_seq: str | None
+    task_id: str
+    data_source: str
+    extra_info: JsonObject
+    prefix: list[Message]
+    lineage: Lineage
+
+
 @dataclass(frozen=True)
 class Cut:
     """One failed cell of a record: where the new task starts."""
@@ -59,15 +80,15 @@ class Cut:
     task_id: str | None
     cut_turn: int  # policy turns in the prefix; the failed cell is this turn of the parent conversation
     status: str  # the failed cell's exec status
-    prompt: list[dict[str, Any]]
-    prefix: list[dict[str, Any]]
+    prompt: list[Message]
+    prefix: list[Message]
 
 
 @dataclass
 class RecoverReport:
     """What ``recover`` did with every record it read (each record lands in exactly one count)."""
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[RecoveryRow] = field(default_factory=list)
     read: int = 0
     filtered_out: int = 0  # --keep said no
     not_scored: int = 0  # verifier_error, environment_error, unfinished
@@ -87,7 +108,7 @@ class RecoverReport:
         return len(self.rows) + len(self.not_reproducible) + len(self.bad_spec)
 
 
-def strip_system_prompt(prompt: list[dict[str, Any]], system_prompt: str | None) -> list[dict[str, Any]]:
+def strip_system_prompt(prompt: list[Message], system_prompt: str | None) -> list[Message]:
     """Undo what ``init`` added (the env adds the configured system prompt again)."""
     prompt = [dict(m) for m in prompt]
     if not system_prompt or not prompt or prompt[0].get("role") != "system":
@@ -100,7 +121,7 @@ def strip_system_prompt(prompt: list[dict[str, Any]], system_prompt: str | None)
     return prompt
 
 
-def cuts_of(record: dict[str, Any], *, mode: CutMode = "all", system_prompt: str | None = None) -> list[Cut]:
+def cuts_of(record: EpisodeRecord, *, mode: CutMode = "all", system_prompt: str | None = None) -> list[Cut]:
     """Every failed cell of one record as a cut (only the first with ``mode="first"``).
 
     Raises ``ValueError`` when the record's messages do not hold the code turns its ``exec``
@@ -147,7 +168,7 @@ def cuts_of(record: dict[str, Any], *, mode: CutMode = "all", system_prompt: str
     return cuts
 
 
-def with_recovery(spec: Any, weight: float) -> dict[str, Any]:
+def with_recovery(spec: JsonValue, weight: float) -> JsonObject:
     """``spec`` plus the ``recovery`` component at ``weight`` (0: reported, not in the reward)."""
     spec = dict(spec or {})
     refs = spec.get("function") or []
@@ -159,7 +180,7 @@ def with_recovery(spec: Any, weight: float) -> dict[str, Any]:
     return spec
 
 
-def recovery_row(record: dict[str, Any], cut: Cut, recovery_weight: float | None = None) -> dict[str, Any]:
+def recovery_row(record: EpisodeRecord, cut: Cut, recovery_weight: float | None = None) -> RecoveryRow:
     """The dataset row of a cut: the parent's task fields, its ``prefix`` and its ``lineage``;
     with ``recovery_weight`` the reward spec also weights the ``recovery`` component."""
     parent_task = cut.task_id if cut.task_id is not None else "task"
@@ -194,10 +215,10 @@ def recovery_row(record: dict[str, Any], cut: Cut, recovery_weight: float | None
 
 
 def recover(
-    records: Iterable[dict[str, Any]],
-    env_config: Any,
+    records: Iterable[EpisodeRecord],
+    env_config: EnvConfig | JsonObject,
     *,
-    keep: Callable[[dict[str, Any]], bool] | None = None,
+    keep: Callable[[EpisodeRecord], bool] | None = None,
     mode: CutMode = "all",
     recovery_weight: float | None = None,
     on_cut: Callable[[RecoverReport], None] | None = None,
@@ -214,7 +235,7 @@ def recover(
     config = EnvConfig.from_any(env_config)
     system_prompt = load_system_prompt(config.system_prompt, config.action_format)
     report = RecoverReport()
-    pending: list[tuple[dict[str, Any], Cut]] = []
+    pending: list[tuple[EpisodeRecord, Cut]] = []
     for record in records:
         report.read += 1
         if keep is not None and not keep(record):

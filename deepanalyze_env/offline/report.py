@@ -1,5 +1,6 @@
 """Report helpers shared by ``stats``, ``judge-eval``, ``rescore``, ``rollout`` and the trainers'
-summaries: number formatting, quantiles and distributions, and the one progress-bar style.
+summaries: number formatting, quantiles, distributions and bootstrap intervals, and the one
+progress-bar style.
 
 Example::
 
@@ -14,15 +15,16 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Required, TypedDict
 
 from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -32,7 +34,7 @@ from rich.progress import (
 DASH = "–"  # what a missing number prints as
 
 
-def fmt(value: Any, digits: int = 3) -> str:
+def fmt(value: object, digits: int = 3) -> str:
     """A number for a table: ``digits`` decimals for floats, ``–`` for None/NaN, else ``str``."""
     if value is None:
         return DASH
@@ -64,11 +66,57 @@ def quantile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0
+
+
+def bootstrap_ci(
+    groups: Sequence[Sequence[float]],
+    statistic: Callable[[list[list[float]]], float] | None = None,
+    *,
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float, float] | None:
+    """95 % percentile interval of ``statistic`` over ``groups`` resampled with replacement.
+
+    The default statistic is the mean of all values in the resampled groups (episode-weighted).
+    """
+    groups = [list(g) for g in groups if len(g)]
+    if not groups:
+        return None
+    if statistic is None:
+
+        def statistic(gs: list[list[float]]) -> float:
+            flat = [x for g in gs for x in g]
+            return sum(flat) / len(flat)
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(groups), size=(samples, len(groups)))
+    values = np.array([statistic([groups[i] for i in row]) for row in idx])
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)
+
+
 def median(values: Sequence[float]) -> float | None:
     return quantile(values, 0.5)
 
 
-def distribution(values: Sequence[float]) -> dict[str, Any]:
+class Distribution(TypedDict, total=False):
+    """n, mean, population std, min, p50, p90, max of some values (:func:`distribution`); only
+    ``n`` when there are none."""
+
+    n: Required[int]
+    mean: float
+    std: float
+    min: float
+    p50: float
+    p90: float
+    max: float
+
+
+def distribution(values: Sequence[float]) -> Distribution:
     """n, mean, population std, min, p50, p90, max; ``{"n": 0}`` for no values."""
     if not values:
         return {"n": 0}
@@ -89,7 +137,7 @@ def progress_bar(
     label: str, total: int, console: Console | None = None, *, completed: int = 0, eta: bool = False
 ) -> Iterator[tuple[Progress, TaskID]]:
     """The project's progress bar: label, bar, done/total, elapsed (and ETA), then an ``info`` field."""
-    columns: list[Any] = [
+    columns: list[ProgressColumn] = [
         TextColumn(f"[bold]{label}"),
         BarColumn(),
         MofNCompleteColumn(),

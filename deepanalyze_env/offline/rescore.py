@@ -17,12 +17,17 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from deepanalyze_env.core import tool_calls
+from deepanalyze_env.core.contracts import EpisodeRecord, JsonValue, JudgeSummary
 from deepanalyze_env.core.profiles import PROFILES, Profile
 from deepanalyze_env.core.records import judge_versions, own_turn_indices, package_version
 from rewards import Plan, RewardContext, RewardPlan, RewardSpecError
+from rewards.plan import NO_POSITIVE_WEIGHT, weighted_mean
+
+if TYPE_CHECKING:
+    from rewards.judge import JudgeClient, JudgeSession
 
 log = logging.getLogger(__name__)
 
@@ -31,22 +36,52 @@ class RescoreSkip(Exception):
     """The record has nothing to re-score (the gate failed, the episode never ran, no plan builds)."""
 
 
+class PreviousScore(TypedDict):
+    """What a rescore replaced, as it was (``rescore.previous``)."""
+
+    reward: float | None
+    reward_components: dict[str, float]
+    reward_status: str
+    error: str | None
+    judge: JudgeSummary | None
+    rescore: RescoreInfo | None  # an earlier rescore's provenance
+    versions: dict[str, JsonValue]  # reward_plan, judge_model, judge_prompts
+
+
+class RescoreInfo(TypedDict):
+    """A rescored record's provenance (``record["rescore"]``): when, from where, by what, and the
+    fields it replaced as they were."""
+
+    at: str
+    source: str | None
+    package: str
+    judge: JsonValue  # the judge's identity (``JudgeClient.describe``); None without one
+    recomputed: list[str]  # the functions rerun
+    previous: PreviousScore
+
+
+class RescoredRecord(EpisodeRecord):
+    """A record after ``rescore``: the record, its scores replaced, with its provenance."""
+
+    rescore: RescoreInfo
+
+
 @dataclass
 class Rescored:
     """One record after rescoring, with its status before and after (what the command reports)."""
 
-    record: dict[str, Any]
+    record: RescoredRecord
     before: str  # reward_status before
     after: str
 
 
-def selectable(record: dict[str, Any], everything: bool) -> bool:
+def selectable(record: EpisodeRecord, everything: bool) -> bool:
     """``verifier_error`` records by default; with ``everything`` also scored ones."""
     status = record.get("reward_status")
     return status == "verifier_error" or (everything and status == "scored")
 
 
-def plan_for(record: dict[str, Any]) -> tuple[Profile, Plan]:
+def plan_for(record: EpisodeRecord) -> tuple[Profile, Plan]:
     """The record's profile and reward plan, rebuilt from its ``versions.profile`` and ``reward_spec``."""
     name = (record.get("versions") or {}).get("profile") or "v1"
     profile = PROFILES.get(name)
@@ -58,7 +93,7 @@ def plan_for(record: dict[str, Any]) -> tuple[Profile, Plan]:
         raise RescoreSkip(f"reward_spec no longer builds a plan: {exc}")
 
 
-def judge_functions(records: list[dict[str, Any]]) -> list[str]:
+def judge_functions(records: list[EpisodeRecord]) -> list[str]:
     """Judge functions the records' plans use, so only their prompt files need to exist."""
     names: set[str] = set()
     for record in records:
@@ -69,7 +104,7 @@ def judge_functions(records: list[dict[str, Any]]) -> list[str]:
     return sorted(names)
 
 
-def context_from_record(record: dict[str, Any], judge: Any) -> RewardContext:
+def context_from_record(record: EpisodeRecord, judge: JudgeSession | None) -> RewardContext:
     """The reward context the env built at the final step, rebuilt from the record.
 
     The episode's assistant messages are the last ``turns`` ones (each ``step`` appends exactly
@@ -107,13 +142,6 @@ def context_from_record(record: dict[str, Any], judge: Any) -> RewardContext:
     )
 
 
-def _aggregate(components: dict[str, float], weights: dict[str, float]) -> float | None:
-    total = sum(weights.get(c, 1.0) for c in components if weights.get(c, 1.0) > 0)
-    if total <= 0:
-        return None
-    return sum(weights.get(c, 1.0) * v for c, v in components.items() if weights.get(c, 1.0) > 0) / total
-
-
 @dataclass
 class _Score:
     components: dict[str, float]
@@ -123,7 +151,7 @@ class _Score:
     recomputed: list[str]
 
 
-def _score_v1(plan: RewardPlan, record: dict[str, Any], ctx: RewardContext) -> _Score:
+def _score_v1(plan: RewardPlan, record: EpisodeRecord, ctx: RewardContext) -> _Score:
     """Judge functions (and missing workspace-free ones) recomputed; recorded components kept."""
     recorded = dict(record.get("reward_components") or {})
     redo, keep, errors = [], {}, []
@@ -147,14 +175,16 @@ def _score_v1(plan: RewardPlan, record: dict[str, Any], ctx: RewardContext) -> _
     merged = {**keep, **outcome.components}
     components = {c: merged[c] for c in order if c in merged}
     redone = [s.name for s in redo]
-    reward = None if errors else _aggregate(components, plan.weights)
+    reward = None if errors else weighted_mean(components, plan.weights)
     if reward is None:
-        error = "; ".join(errors) or "no component with weight > 0 applied to this episode"
+        error = "; ".join(errors) or NO_POSITIVE_WEIGHT
         return _Score(components, 0.0, "verifier_error", error, redone)
     return _Score(components, reward, "scored", None, redone)
 
 
-def rescore_record(record: dict[str, Any], judge_client: Any, *, source: str | None = None) -> Rescored:
+def rescore_record(
+    record: EpisodeRecord, judge_client: JudgeClient | None, *, source: str | None = None
+) -> Rescored:
     """A new record with judge components (and missing workspace-free ones) recomputed; raises
     :class:`RescoreSkip` when pointless. ``judge_client`` may be None when the plan needs none."""
     from rewards.judge import JudgeSession

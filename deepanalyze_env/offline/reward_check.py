@@ -13,9 +13,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.contracts import JsonObject, JsonValue
 from deepanalyze_env.core.profiles import PROFILES
 from deepanalyze_env.core.tasks import read_task_file
 from rewards import RewardSpecError
@@ -37,6 +38,15 @@ class TaskProblem:
         return f"{self.source}:{self.index}{task}: {self.problem}"
 
 
+class CheckSummary(TypedDict):
+    """``--check``'s result as JSON (:meth:`CheckResult.as_dict`)."""
+
+    tasks: int
+    built: int
+    problems: list[str]
+    judge_functions: dict[str, int]
+
+
 @dataclass
 class CheckResult:
     """What ``--check`` found: tasks read, plans built, problems, and the judge functions needed."""
@@ -46,7 +56,7 @@ class CheckResult:
     problems: list[TaskProblem] = field(default_factory=list)
     judge_functions: dict[str, int] = field(default_factory=dict)  # name -> tasks using it
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> CheckSummary:
         return {
             "tasks": self.tasks,
             "built": self.built,
@@ -55,13 +65,13 @@ class CheckResult:
         }
 
 
-def _task_id(obj: dict[str, Any]) -> str | None:
+def _task_id(obj: JsonObject) -> str | None:
     info = obj.get("extra_info") if isinstance(obj.get("extra_info"), dict) else {}
     found = obj.get("id") or obj.get("task_id") or info.get("task_id")
     return None if found is None else str(found)
 
 
-def _spec(obj: dict[str, Any]) -> Any:
+def _spec(obj: JsonObject) -> JsonValue:
     spec = obj.get("reward_spec")
     if isinstance(spec, str):  # parquet rows may carry it as JSON text
         try:

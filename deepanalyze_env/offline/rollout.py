@@ -14,15 +14,33 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.contracts import FinalMetadata, JsonObject, JsonValue
 from deepanalyze_env.core.env import DeepAnalyzeEnv
 from deepanalyze_env.core.records import episode_id
 from deepanalyze_env.core.tasks import env_extras
 from deepanalyze_env.offline.policies import Policy, PolicyError, PolicyTurn, TurnContext
 
 log = logging.getLogger(__name__)
+
+
+class TurnUsage(TypedDict, total=False):
+    """One policy turn's usage as the record keeps it (``usage.per_turn``)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str | None
+
+
+class EpisodeUsage(TypedDict, total=False):
+    """``record["usage"]`` of an episode this module ran: per turn (None where the policy said
+    nothing), and the totals."""
+
+    per_turn: list[TurnUsage | None]
+    prompt_tokens: int
+    completion_tokens: int
 
 
 class Interrupted(Exception):
@@ -34,7 +52,7 @@ class EpisodeJob:
     """One planned episode of a rollout or eval (row, task and sample index, episode id): planned before
     any runs, so resume knows what is missing."""
 
-    row: dict[str, Any]
+    row: JsonObject  # the dataset row
     task_index: int
     sample_index: int
     episode_id: str
@@ -53,7 +71,7 @@ class EpisodeOutcome:
     task_id: str
     label: str | None
     reward: float | None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: FinalMetadata | dict[str, JsonValue] = field(default_factory=dict)  # empty when not finished
     error: str | None = None
     seconds: float = 0.0
     episode_id: str | None = None
@@ -71,7 +89,7 @@ class EpisodeOutcome:
 
 
 def plan_jobs(
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[JsonObject],
     run_id: str,
     samples: int,
     labels_for: Callable[[str], Sequence[str | None]] | None = None,
@@ -89,8 +107,8 @@ def plan_jobs(
     return jobs
 
 
-def _add_usage(total: dict[str, Any], turn: PolicyTurn) -> None:
-    entry = None
+def _add_usage(total: EpisodeUsage, turn: PolicyTurn) -> None:
+    entry: TurnUsage | None = None
     if turn.usage is not None or turn.finish_reason is not None:
         entry = {**(turn.usage or {}), "finish_reason": turn.finish_reason}
     total["per_turn"].append(entry)
@@ -100,8 +118,8 @@ def _add_usage(total: dict[str, Any], turn: PolicyTurn) -> None:
 
 
 def run_episode(
-    env_config: dict[str, Any],
-    job: EpisodeJob | dict[str, Any],
+    env_config: JsonObject,
+    job: EpisodeJob | JsonObject,
     policy: Policy,
     label: str | None = None,
     *,
@@ -126,7 +144,7 @@ def run_episode(
             job.task_id, job.label, None, error=str(exc), episode_id=job.episode_id, failure="config_error"
         )
     finished = False
-    usage: dict[str, Any] = {"per_turn": []}
+    usage = EpisodeUsage(per_turn=[])
     policy_s = 0.0
     try:
         messages, _ = env.init(job.row["prompt"])
@@ -185,7 +203,7 @@ def run_episode(
 
 def run_jobs(
     jobs: Iterable[EpisodeJob],
-    env_config: dict[str, Any],
+    env_config: JsonObject,
     policy: Policy,
     *,
     concurrency: int = 1,

@@ -13,12 +13,13 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
 
+from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject
 from deepanalyze_env.core.records import own_turn_indices
-from deepanalyze_env.offline.report import distribution, fmt, pct, rate
+from deepanalyze_env.offline.report import Distribution, distribution, fmt, pct, rate
 
 log = logging.getLogger(__name__)
 
@@ -42,28 +43,111 @@ DEFINITIONS = (
 )
 
 
-def _method(record: dict[str, Any]) -> str:
+class RewardStats(TypedDict):
+    """Reward over scored episodes, overall and per ``reward_spec.method``."""
+
+    all: Distribution
+    by_method: dict[str, Distribution]
+
+
+class ComponentMean(TypedDict):
+    """One reward component's mean over the scored episodes that have it."""
+
+    n: int
+    mean: float
+
+
+class TurnStats(Distribution, total=False):
+    """Policy turns per episode, with their histogram."""
+
+    histogram: dict[int, int]  # turns → episodes
+
+
+class LengthStats(Distribution, total=False):
+    """Episode lengths, in the unit ``source`` names (see :func:`_lengths`)."""
+
+    source: str  # the unit: usage completion tokens, tokenizer tokens or characters
+
+
+class Latency(TypedDict):
+    """Judge latency percentiles over the calls that reached the judge."""
+
+    n: int
+    p50: float | None
+    p95: float | None
+
+
+class JudgeStats(TypedDict):
+    """The judge calls of the run: how many, failed, cached; latency of the live ones."""
+
+    calls: int
+    failed: int
+    cached: int
+    latency_ms: Latency
+
+
+class UsageStats(TypedDict):
+    """Token usage the policy reported; per scored episode and cost when there is some."""
+
+    episodes_with_usage: int
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_tokens_per_scored_episode: NotRequired[float]
+    completion_tokens_per_scored_episode: NotRequired[float]
+    cost_usd: NotRequired[float]
+    cost_per_scored_episode_usd: NotRequired[float]
+
+
+class RunStats(TypedDict):
+    """``stats.json``: every number of :func:`compute_stats` (see :data:`DEFINITIONS`)."""
+
+    episodes: int
+    status_counts: dict[str, int]
+    termination_counts: dict[str, int]
+    valid_episodes: int
+    valid_rate: float | None
+    format_pass_rate: float | None
+    gate_counts: dict[str, int]
+    reward: RewardStats
+    components: dict[str, ComponentMean]
+    code_cells: int
+    code_pass_rate: float | None
+    exec_status_counts: dict[str, int]
+    output_truncated_rate: float | None
+    turns: TurnStats
+    length: LengthStats
+    truncated_episodes: int
+    truncation_ratio: float | None
+    judge: JudgeStats
+    usage: UsageStats
+    planned_episodes: NotRequired[int]  # set by the command when the run folder has a plan
+    missing_episodes: NotRequired[int]
+
+
+def _method(record: EpisodeRecord) -> str:
     return str((record.get("reward_spec") or {}).get("method", "?"))
 
 
-def _assistant_texts(record: dict[str, Any]) -> list[str]:
+def _assistant_texts(record: EpisodeRecord) -> list[str]:
     """The policy's own turns (a recovered episode's replayed prefix is prompt, not output)."""
     messages = record.get("messages") or []
     return [messages[i].get("content") or "" for i in own_turn_indices(record)]
 
 
-def _usage_turns(record: dict[str, Any]) -> list[dict[str, Any]]:
+def _usage_turns(record: EpisodeRecord) -> list[JsonObject]:
+    """The per-turn usage the policy reported (``prompt_tokens``, ``completion_tokens``,
+    ``finish_reason``; raw, as the policy's endpoint gave it)."""
     usage = record.get("usage") or {}
     return [u for u in usage.get("per_turn") or [] if u]
 
 
 def compute_stats(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[EpisodeRecord],
     *,
     price_prompt: float | None = None,
     price_completion: float | None = None,
     count_tokens: Callable[[str], int] | None = None,
-) -> dict[str, Any]:
+) -> RunStats:
     """All ``stats`` numbers for ``records``. Prices are USD per million tokens."""
     n = len(records)
     status = Counter(str(r.get("reward_status")) for r in records)
@@ -122,7 +206,7 @@ def compute_stats(
 
 
 def _lengths(
-    records: Sequence[dict[str, Any]], count_tokens: Callable[[str], int] | None
+    records: Sequence[EpisodeRecord], count_tokens: Callable[[str], int] | None
 ) -> tuple[str, list[int]]:
     """Each episode's length and its unit: the policy's own completion-token counts when every
     record has usage, else the tokenizer's count of the assistant turns, else their characters."""
@@ -135,7 +219,7 @@ def _lengths(
     return "characters", [sum(len(t) for t in _assistant_texts(r)) for r in records]
 
 
-def _judge(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _judge(records: Sequence[EpisodeRecord]) -> JudgeStats:
     """Judge calls: how many, failed, cached, and the latency of the live (uncached) ones."""
     calls = [c for r in records for c in ((r.get("judge") or {}).get("calls") or [])]
     live = [float(c["latency_ms"]) for c in calls if c.get("latency_ms") is not None and not c.get("cached")]
@@ -152,17 +236,17 @@ def _judge(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _usage(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[EpisodeRecord],
     scored: int,
     price_prompt: float | None,
     price_completion: float | None,
-) -> dict[str, Any]:
+) -> UsageStats:
     """Token usage the policy reported, per scored episode, and its cost at the given prices
     (USD per million tokens)."""
     with_usage = [r for r in records if _usage_turns(r)]
     prompt_tokens = sum(int(u.get("prompt_tokens") or 0) for r in with_usage for u in _usage_turns(r))
     completion_tokens = sum(int(u.get("completion_tokens") or 0) for r in with_usage for u in _usage_turns(r))
-    usage: dict[str, Any] = {
+    usage: UsageStats = {
         "episodes_with_usage": len(with_usage),
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -182,11 +266,11 @@ def _usage(
 # ---------------------------------------------------------------------------- rendering
 
 
-def _dist_line(d: dict[str, Any], digits: int) -> str:
+def _dist_line(d: Distribution, digits: int) -> str:
     return f"mean {fmt(d['mean'], digits)}, p50 {fmt(d['p50'], 1)}, p90 {fmt(d['p90'], 1)}, max {d['max']:g}"
 
 
-def summary_rows(stats: dict[str, Any]) -> list[tuple[str, str]]:
+def summary_rows(stats: RunStats) -> list[tuple[str, str]]:
     """(label, value) lines shared by the console table and ``stats.md``."""
     reward = stats["reward"]["all"]
     episodes = str(stats["episodes"])
@@ -239,7 +323,7 @@ def summary_rows(stats: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def render_markdown(stats: dict[str, Any], source: str) -> str:
+def render_markdown(stats: RunStats, source: str) -> str:
     lines = [f"# Run statistics: {source}", "", "| metric | value |", "|---|---|"]
     lines += [
         f"| {label.strip() if not label.startswith('  ') else '… ' + label.strip()} | {value} |"
@@ -262,7 +346,7 @@ def render_markdown(stats: dict[str, Any], source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(stats: dict[str, Any], path: Path) -> None:
+def plot(stats: RunStats, path: Path) -> None:
     """Three panels: mean reward per component, turns histogram, status counts."""
     import matplotlib
 
@@ -297,7 +381,7 @@ def plot(stats: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def write_outputs(stats: dict[str, Any], out: Path, source: str) -> list[Path]:
+def write_outputs(stats: RunStats, out: Path, source: str) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "stats.json", out / "stats.md", out / "stats.png"]
     paths[0].write_text(json.dumps(stats, indent=2) + "\n")

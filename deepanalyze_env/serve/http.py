@@ -10,7 +10,11 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
 
 LOOPBACK = "127.0.0.1"
 FORCED_STOP_S = 0.5
@@ -25,7 +29,7 @@ class BackgroundServer:
     ``stop()`` lets requests in flight finish, then returns; ``stop(force=True)`` does not wait
     for them (the server is being stopped by a signal)."""
 
-    def __init__(self, app: Any, host: str = LOOPBACK, port: int = 0, ws_max_size: int = 16 * 2**20):
+    def __init__(self, app: ASGIApp, host: str = LOOPBACK, port: int = 0, ws_max_size: int = 16 * 2**20):
         import uvicorn
 
         config = uvicorn.Config(
@@ -75,12 +79,12 @@ class BackgroundServer:
 
 
 def run_foreground(
-    app: Any,
+    app: ASGIApp,
     host: str,
     port: int,
-    announce: Any,
+    announce: Callable[[str], None],
     ws_max_size: int = 16 * 2**20,
-    on_interrupt: Any = None,
+    on_interrupt: Callable[[], None] | None = None,
 ) -> None:
     """Serve until Ctrl-C or SIGTERM (``deepanalyze-rl serve``); ``announce(url)`` is told where,
     once the socket listens (port 0: the ephemeral port it got). On Ctrl-C ``on_interrupt()``

@@ -13,9 +13,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
 
 from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.contracts import JsonObject, JsonValue
 from deepanalyze_env.serve.session import EpisodeSession, ServeError, ServeLimits, served_config
 
 log = logging.getLogger(__name__)
@@ -26,12 +26,12 @@ MAX_GONE = 100_000  # released keys remembered (a key the server minted, reused,
 class TaskBook:
     """The tasks a server offers, by id (rows from ``core.tasks.load_task_files``)."""
 
-    def __init__(self, rows: Sequence[dict[str, Any]]):
+    def __init__(self, rows: Sequence[JsonObject]):
         self.rows = {str(r.get("task_id")): r for r in rows}
         if not self.rows:
             raise ConfigError("no tasks to serve: the task files are empty")
 
-    def get(self, task_id: Any) -> dict[str, Any]:
+    def get(self, task_id: JsonValue) -> JsonObject:
         if task_id is None or str(task_id) not in self.rows:
             some = ", ".join(list(self.rows)[:3])
             raise ServeError(
@@ -40,7 +40,7 @@ class TaskBook:
         return self.rows[str(task_id)]
 
 
-def check_servable(rows: Sequence[dict[str, Any]], env_config: dict[str, Any]) -> None:
+def check_servable(rows: Sequence[JsonObject], env_config: JsonObject) -> None:
     """Fail before serving, not at a client's first call: every row must build an env in the tools
     format (its reward plan, its workspace, the judge its plan needs). Raises ``ConfigError``
     naming the first bad task and how many there are."""
@@ -64,7 +64,7 @@ class SessionHub:
 
     def __init__(
         self,
-        env_config: dict[str, Any],
+        env_config: JsonObject,
         limits: ServeLimits,
     ):
         limits.validate()
@@ -91,7 +91,7 @@ class SessionHub:
             return len(self._sessions)
 
     def open(
-        self, key: Hashable, row: dict[str, Any], *, episode_id: str | None = None, policy_id: str = "served"
+        self, key: Hashable, row: JsonObject, *, episode_id: str | None = None, policy_id: str = "served"
     ) -> EpisodeSession:
         """Start an episode of ``row`` under ``key`` (a kernel starts: this blocks for a moment).
         The session stays under its key after its episode ends, so the client's later calls are

@@ -30,10 +30,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 import anyio
 import anyio.to_thread
@@ -44,8 +44,16 @@ from mcp.shared.exceptions import MCPError
 
 from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.config import ConfigError
-from deepanalyze_env.serve.hub import SessionHub
+from deepanalyze_env.core.contracts import JsonObject, JsonValue
+from deepanalyze_env.serve.hub import SessionHub, TaskBook
 from deepanalyze_env.serve.session import EpisodeSession, ServeError
+
+if TYPE_CHECKING:
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from mcp.shared.message import SessionMessage
+    from starlette.requests import Request
+    from starlette.routing import Route
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +69,13 @@ class Assignment:
     """What a new session plays: the task row, the episode id (None: a fresh one) and the policy
     id its record carries. ``give_back`` undoes a claim when the handshake fails after all."""
 
-    row: dict[str, Any]
+    row: JsonObject
     episode_id: str | None = None
     policy_id: str = "served:mcp"
     give_back: Callable[[], None] | None = field(default=None, compare=False)
 
 
-Assigner = Callable[[Any], Assignment]
+Assigner = Callable[["Request | None"], Assignment]
 """Which episode a new session plays, from its handshake's HTTP request (None over stdio).
 Raises :class:`ServeError` when the request names no task the server has."""
 
@@ -119,7 +127,7 @@ class EpisodeServer:
         self.sessions: dict[str, HttpSession] = {}
         self._handshakes = 0  # admitted, not answered yet: they count against the cap
         self._lock = threading.Lock()  # sessions are ended from the hub's threads too
-        self._manager: Any = None  # the SDK's session manager (HTTP)
+        self._manager: StreamableHTTPSessionManager | None = None  # the SDK's (HTTP)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
         hub.listeners.append(lambda key, session: self._episode_closed(str(key)))
@@ -152,7 +160,7 @@ class EpisodeServer:
             )
         return key
 
-    def admit(self, request: Any) -> Assignment:
+    def admit(self, request: Request) -> Assignment:
         """A handshake: the episode the new session will play. Refused (:class:`ServeError`, and
         nothing is kept) when the request names no task the server has, or ``max_sessions``
         sessions are open (:class:`SessionCapReached`)."""
@@ -243,7 +251,7 @@ class EpisodeServer:
 
     # ------------------------------------------------------------------ ending SDK sessions (HTTP)
 
-    def bind(self, manager: Any) -> None:
+    def bind(self, manager: StreamableHTTPSessionManager) -> None:
         """The SDK's session manager of the HTTP app (:func:`http_app`)."""
         self._manager = manager
 
@@ -253,7 +261,7 @@ class EpisodeServer:
             self._loop = asyncio.get_running_loop()
             self._spawn(self._reap_loop())
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         assert self._loop is not None
         task = self._loop.create_task(coro)
         self._tasks.add(task)
@@ -305,7 +313,9 @@ class EpisodeServer:
 
     # ------------------------------------------------------------------ handlers
 
-    async def _list_tools(self, ctx: ServerRequestContext, params: Any) -> types.ListToolsResult:
+    async def _list_tools(
+        self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=mcp_tools())
 
     async def _call_tool(
@@ -327,7 +337,9 @@ class EpisodeServer:
             is_error=result.is_error,
         )
 
-    async def _list_resources(self, ctx: ServerRequestContext, params: Any) -> types.ListResourcesResult:
+    async def _list_resources(
+        self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
         return types.ListResourcesResult(
             resources=[
                 types.Resource(
@@ -372,17 +384,17 @@ class EpisodeServer:
         )
 
 
-async def _no_discover(ctx: ServerRequestContext, params: Any) -> Any:
+async def _no_discover(ctx: ServerRequestContext, params: types.RequestParams) -> NoReturn:
     raise MCPError(
         types.METHOD_NOT_FOUND,
         "server/discover: this server plays one episode per session; use the initialize handshake",
     )
 
 
-def task_from_query(rows: Any, default: dict[str, Any] | None = None) -> Assigner:
+def task_from_query(rows: TaskBook, default: JsonObject | None = None) -> Assigner:
     """A session plays the task its URL names (``?task_id=ID``), else ``default``."""
 
-    def assign(request: Any) -> Assignment:
+    def assign(request: Request | None) -> Assignment:
         task_id = request.query_params.get("task_id") if request is not None else None
         if task_id is None:
             if default is None:
@@ -415,19 +427,27 @@ async def run_stdio(episodes: EpisodeServer, client_gone: Callable[[], None] | N
         episodes.hub.close_all(reason, wait=False)
 
 
+class _Incoming(Protocol):
+    """The stdio server's read stream, as :class:`_EndWatch` uses it."""
+
+    async def receive(self) -> SessionMessage | Exception: ...
+
+    async def aclose(self) -> None: ...
+
+
 class _EndWatch:
     """The stdio server's read stream, calling ``on_end`` when it ends (the client closed stdin)
     before the SDK's loop sees the end and waits for its running handlers."""
 
-    def __init__(self, inner: Any, on_end: Callable[[], Any]):
+    def __init__(self, inner: _Incoming, on_end: Callable[[], Awaitable[None]]):
         self.inner = inner
         self.on_end = on_end
 
     @property
-    def last_context(self) -> Any:  # the SDK reads the sender's context from its stream, if any
+    def last_context(self) -> object:  # the SDK reads the sender's context from its stream, if any
         return getattr(self.inner, "last_context", None)
 
-    async def receive(self) -> Any:
+    async def receive(self) -> SessionMessage | Exception:
         try:
             return await self.inner.receive()
         except anyio.EndOfStream:
@@ -437,7 +457,7 @@ class _EndWatch:
     def __aiter__(self) -> _EndWatch:
         return self
 
-    async def __anext__(self) -> Any:
+    async def __anext__(self) -> SessionMessage | Exception:
         try:
             return await self.receive()
         except anyio.EndOfStream:
@@ -453,7 +473,7 @@ class _EndWatch:
         await self.aclose()
 
 
-def http_app(episodes: EpisodeServer, *, host: str, extra_routes: list[Any] | None = None) -> Any:
+def http_app(episodes: EpisodeServer, *, host: str, extra_routes: list[Route] | None = None) -> SessionGate:
     """The streamable-HTTP app (``/mcp``): the SDK's session manager behind a :class:`SessionGate`
     that owns the sessions' start (the handshake), cap, idle clock and end. The SDK's own cap
     is off (the gate's counts the same sessions and names the flag); its own idle timeout, which
@@ -483,12 +503,12 @@ class SessionGate:
       unfinished if it still runs.
     """
 
-    def __init__(self, app: Any, episodes: EpisodeServer):
+    def __init__(self, app: ASGIApp, episodes: EpisodeServer):
         self.app = app
         self.episodes = episodes
         self.max_body = episodes.hub.limits.max_request_bytes
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
@@ -510,7 +530,7 @@ class SessionGate:
                 self.episodes.end, key, "the client ended the session before submit_answer"
             )
 
-    async def _handshake(self, scope: dict[str, Any], receive: Any, send: Any, message: dict) -> None:
+    async def _handshake(self, scope: Scope, receive: Receive, send: Send, message: JsonObject) -> None:
         from starlette.requests import Request
 
         try:
@@ -525,7 +545,7 @@ class SessionGate:
             return
         opened: list[str] = []
 
-        async def answer(event: dict[str, Any]) -> None:
+        async def answer(event: Message) -> None:
             if event["type"] == "http.response.start" and event["status"] < 400 and not opened:
                 for name, value in event.get("headers", []):
                     if name.decode("latin-1").lower() == "mcp-session-id":
@@ -540,11 +560,12 @@ class SessionGate:
                 self.episodes.handshake_done(None, assignment)
 
 
-async def _peek_body(receive: Any, limit: int) -> tuple[bytes | None, Any]:
+async def _peek_body(receive: Receive, limit: int) -> tuple[bytes | None, Receive]:
     """Read a request body of at most ``limit`` bytes (None when longer, or cut off), and a
     ``receive`` that hands the same body on: the SDK reads it again (and answers 413 itself)."""
     chunks: list[bytes] = []
-    size, more, events = 0, True, []
+    events: list[Message] = []
+    size, more = 0, True
     while more and size <= limit:
         event = await receive()
         events.append(event)
@@ -558,16 +579,16 @@ async def _peek_body(receive: Any, limit: int) -> tuple[bytes | None, Any]:
     return (None if more else body), _replaying(replay, receive)
 
 
-def _replaying(events: list[dict[str, Any]], receive: Any) -> Any:
+def _replaying(events: list[Message], receive: Receive) -> Receive:
     pending = list(events)
 
-    async def replay() -> dict[str, Any]:
+    async def replay() -> Message:
         return pending.pop(0) if pending else await receive()
 
     return replay
 
 
-def _json_or_none(body: bytes | None) -> Any:
+def _json_or_none(body: bytes | None) -> JsonValue:
     if body is None:
         return None
     try:
@@ -576,11 +597,11 @@ def _json_or_none(body: bytes | None) -> Any:
         return None
 
 
-def _is_initialize(message: Any) -> bool:
+def _is_initialize(message: JsonValue) -> bool:
     return isinstance(message, dict) and message.get("method") == "initialize"
 
 
-async def _send_error(send: Any, request_id: Any, status: int, code: int, text: str) -> None:
+async def _send_error(send: Send, request_id: JsonValue, status: int, code: int, text: str) -> None:
     """A JSON-RPC error at an HTTP status: the SDK's client shows the message, not the status."""
     if not isinstance(request_id, str | int) or isinstance(request_id, bool):
         request_id = None

@@ -16,11 +16,10 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
-
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.serve.openenv_server import DeepAnalyzeAction, DeepAnalyzeObservation, DeepAnalyzeState
 
 
@@ -28,10 +27,10 @@ class DeepAnalyzeEnvClient(EnvClient[DeepAnalyzeAction, DeepAnalyzeObservation, 
     """OpenEnv's async ``EnvClient`` typed for this env (``.sync()`` for blocking calls): how the
     trainers' OpenEnv integrations, or a user's loop, reach a ``serve --transport openenv``."""
 
-    def _step_payload(self, action: DeepAnalyzeAction) -> dict[str, Any]:
+    def _step_payload(self, action: DeepAnalyzeAction) -> JsonObject:
         return action.model_dump(exclude={"metadata"})
 
-    def _parse_result(self, payload: dict[str, Any]) -> StepResult[DeepAnalyzeObservation]:
+    def _parse_result(self, payload: JsonObject) -> StepResult[DeepAnalyzeObservation]:
         observation = DeepAnalyzeObservation(
             **payload.get("observation", {}), done=payload.get("done", False), reward=payload.get("reward")
         )
@@ -39,5 +38,5 @@ class DeepAnalyzeEnvClient(EnvClient[DeepAnalyzeAction, DeepAnalyzeObservation, 
             observation=observation, reward=payload.get("reward"), done=payload.get("done", False)
         )
 
-    def _parse_state(self, payload: dict[str, Any]) -> DeepAnalyzeState:
+    def _parse_state(self, payload: JsonObject) -> DeepAnalyzeState:
         return DeepAnalyzeState(**payload)

@@ -26,16 +26,21 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING
 
 from openenv.core.env_server.http_server import HTTPEnvServer
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
+from pydantic import JsonValue as PydanticJson
 
 from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.contracts import JsonObject, JsonValue
 from deepanalyze_env.serve.hub import SessionHub, TaskBook
 from deepanalyze_env.serve.session import EpisodeSession, ServeError
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 _keys = itertools.count()
 
@@ -44,7 +49,9 @@ class DeepAnalyzeAction(Action):
     """One call of the tools action format."""
 
     tool: str = Field(description="run_python or submit_answer")
-    arguments: dict[str, Any] = Field(default_factory=dict, description='{"code": …} or {"answer": …}')
+    arguments: dict[str, PydanticJson] = Field(  # JSON values, as pydantic validates them
+        default_factory=dict, description='{"code": …} or {"answer": …}'
+    )
 
 
 class DeepAnalyzeObservation(Observation):
@@ -77,7 +84,7 @@ class ServedEnvironment(Environment[DeepAnalyzeAction, DeepAnalyzeObservation, D
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, hub: SessionHub, book: TaskBook, default: dict[str, Any] | None = None):
+    def __init__(self, hub: SessionHub, book: TaskBook, default: JsonObject | None = None):
         super().__init__()
         self.hub = hub
         self.book = book
@@ -93,7 +100,7 @@ class ServedEnvironment(Environment[DeepAnalyzeAction, DeepAnalyzeObservation, D
         seed: int | None = None,
         episode_id: str | None = None,
         task_id: str | None = None,
-        **kwargs: Any,
+        **kwargs: JsonValue,
     ) -> DeepAnalyzeObservation:
         """Start an episode of ``task_id``. ``seed`` changes nothing (the task is the task) and a
         client's ``episode_id`` is not used: record ids are the server's, so no client can name
@@ -119,7 +126,7 @@ class ServedEnvironment(Environment[DeepAnalyzeAction, DeepAnalyzeObservation, D
         )
 
     def step(
-        self, action: DeepAnalyzeAction, timeout_s: float | None = None, **kwargs: Any
+        self, action: DeepAnalyzeAction, timeout_s: float | None = None, **kwargs: JsonValue
     ) -> DeepAnalyzeObservation:
         if self.session is None:
             raise ServeError("call reset(task_id=…) first")
@@ -168,7 +175,7 @@ class ServedEnvironment(Environment[DeepAnalyzeAction, DeepAnalyzeObservation, D
         self.session = None
 
 
-def openenv_app(hub: SessionHub, book: TaskBook, default: dict[str, Any] | None = None) -> Any:
+def openenv_app(hub: SessionHub, book: TaskBook, default: JsonObject | None = None) -> FastAPI:
     """The FastAPI app: OpenEnv's WebSocket session routes (``/ws``), ``/health``, ``/schema``,
     ``/metadata``; at most ``max_sessions`` connections (OpenEnv answers the next CAPACITY_REACHED),
     each closed after ``idle_timeout_s`` without a successful reset or step (what OpenEnv counts

@@ -19,21 +19,33 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from deepanalyze_env.core.contracts import JsonObject, JsonValue
+
 MAX_RECORDED_CHARS = 2_000_000  # per episode: what the trace keeps of requests and responses
+
+
+class ModelCall(TypedDict):
+    """One exchange the proxy forwarded (``record["agent"]["model_calls"]``)."""
+
+    request: JsonObject  # as the agent sent it (the model name replaced when the upstream sets one)
+    response: JsonObject | None  # None: the upstream was unreachable
+    status: int
+    latency_ms: float
+    error: str | None
 
 
 @dataclass
 class ProxyTrace:
     """One episode's model calls, as the proxy saw them."""
 
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[ModelCall] = field(default_factory=list)
     upstream_failures: int = 0
     recorded_chars: int = 0
     dropped: int = 0  # calls past MAX_RECORDED_CHARS, counted but not kept
@@ -128,7 +140,7 @@ class RecordingProxy:
         self._record(trace, payload, response, reply.status_code, start)
         return JSONResponse(response, status_code=reply.status_code)
 
-    async def _stream(self, trace: ProxyTrace, payload: dict[str, Any], url: str, start: float) -> Response:
+    async def _stream(self, trace: ProxyTrace, payload: JsonObject, url: str, start: float) -> Response:
         request = self._client.build_request("POST", url, json=payload, headers=self._headers())
         try:
             reply = await self._client.send(request, stream=True)
@@ -153,19 +165,19 @@ class RecordingProxy:
     def _record(
         self,
         trace: ProxyTrace,
-        request: dict[str, Any],
-        response: dict[str, Any] | None,
+        request: JsonObject,
+        response: JsonObject | None,
         status: int,
         start: float,
         error: str | None = None,
     ) -> None:
-        entry = {
-            "request": request,
-            "response": response,
-            "status": status,
-            "latency_ms": round((time.monotonic() - start) * 1000.0, 1),
-            "error": error,
-        }
+        entry = ModelCall(
+            request=request,
+            response=response,
+            status=status,
+            latency_ms=round((time.monotonic() - start) * 1000.0, 1),
+            error=error,
+        )
         size = len(json.dumps(entry, default=str))
         with self._lock:
             if status >= 500 or error is not None:
@@ -177,16 +189,29 @@ class RecordingProxy:
             trace.calls.append(entry)
 
 
+class _Function(TypedDict):
+    name: str
+    arguments: str
+
+
+class _StreamedCall(TypedDict, total=False):
+    """A tool call as its chunks add up (its ``id`` arrives with the first)."""
+
+    type: str
+    function: _Function
+    id: JsonValue
+
+
 class StreamMerge:
     """The chat completion a stream of ``data:`` chunks adds up to: content, tool calls (by
     index), finish reason, usage and logprobs (token entries concatenated)."""
 
     def __init__(self) -> None:
         self.content: list[str] = []
-        self.tool_calls: dict[int, dict[str, Any]] = {}
-        self.logprobs: list[Any] = []
+        self.tool_calls: dict[int, _StreamedCall] = {}
+        self.logprobs: list[JsonValue] = []
         self.finish_reason: str | None = None
-        self.usage: Any = None
+        self.usage: JsonValue = None
         self.model: str | None = None
         self.id: str | None = None
         self.size = 0
@@ -217,7 +242,8 @@ class StreamMerge:
                 self.content.append(str(delta["content"]))
             for call in delta.get("tool_calls") or []:
                 slot = self.tool_calls.setdefault(
-                    int(call.get("index", 0)), {"type": "function", "function": {"name": "", "arguments": ""}}
+                    int(call.get("index", 0)),
+                    _StreamedCall(type="function", function=_Function(name="", arguments="")),
                 )
                 slot["id"] = call.get("id") or slot.get("id")
                 function = call.get("function") or {}
@@ -228,14 +254,15 @@ class StreamMerge:
                 self.logprobs.extend(logprobs)
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
 
-    def response(self) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
+    def response(self) -> JsonObject:
+        """The merged chat completion, shaped as a non-streamed one (plus ``streamed: true``)."""
+        message: JsonObject = {"role": "assistant", "content": "".join(self.content) or None}
         if self.tool_calls:
-            message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
-        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": self.finish_reason}
+            message["tool_calls"] = [dict(self.tool_calls[i]) for i in sorted(self.tool_calls)]
+        choice: JsonObject = {"index": 0, "message": message, "finish_reason": self.finish_reason}
         if self.logprobs:
             choice["logprobs"] = {"content": self.logprobs}
-        merged: dict[str, Any] = {
+        merged: JsonObject = {
             "id": self.id,
             "model": self.model,
             "choices": [choice],

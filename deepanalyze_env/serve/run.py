@@ -11,12 +11,16 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.serve.hub import SessionHub, TaskBook, check_servable
 from deepanalyze_env.serve.session import ServeLimits
 from deepanalyze_env.serve.stopping import sigterm_as_interrupt, wait_for
+
+if TYPE_CHECKING:
+    from deepanalyze_env.serve.mcp_server import EpisodeServer
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +35,9 @@ class ServeSettings:
     transport: Transport
     """``stdio``: one MCP episode over stdin/stdout; ``http``: MCP over streamable HTTP at
     ``/mcp``, a session per episode; ``openenv``: OpenEnv's WebSocket protocol at ``/ws``."""
-    rows: list[dict[str, Any]]
+    rows: list[JsonObject]
     """The tasks offered (dataset rows, from ``core.tasks.load_task_files``)."""
-    env_config: dict[str, Any]
+    env_config: JsonObject
     """Every episode's env_config; ``action_format`` is always ``tools`` (the served tools)."""
     task_id: str | None = None
     """The task every session plays; stdio needs it, over HTTP a session may name its own."""
@@ -88,7 +92,7 @@ def serve(settings: ServeSettings) -> None:
 
 
 def _run_transport(
-    settings: ServeSettings, hub: SessionHub, book: TaskBook, default: dict[str, Any] | None
+    settings: ServeSettings, hub: SessionHub, book: TaskBook, default: JsonObject | None
 ) -> None:
     limits = hub.limits
 
@@ -131,7 +135,7 @@ def _run_transport(
     )
 
 
-def _run_stdio(episodes: Any) -> None:
+def _run_stdio(episodes: EpisodeServer) -> None:
     """The stdio server's event loop on a daemon thread, the main thread waiting on it: asyncio's
     runner in the main thread would take Ctrl-C as a cancellation, which waits for the threads
     its task awaits (a kernel start, a cell, a read of stdin that may never return). Returns when

@@ -24,9 +24,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
+
+from skyrl_gym.envs.base_text_env import BaseTextEnvStepOutput
 
 from deepanalyze_env.core import tool_calls
+from deepanalyze_env.core.contracts import ExecStatus, Gate, JsonObject, JsonValue, RewardStatus, Termination
 from deepanalyze_env.core.env import DeepAnalyzeEnv
 from deepanalyze_env.core.tasks import env_extras, format_size
 from deepanalyze_env.core.tool_calls import ParsedTurn, ToolCall
@@ -71,7 +74,7 @@ class ServeLimits:
             raise ValueError("idle_timeout_s must be > 0")
 
 
-def served_config(env_config: dict[str, Any]) -> dict[str, Any]:
+def served_config(env_config: JsonObject) -> JsonObject:
     """A served episode's env_config: the user's, in the tools action format, with the tools'
     system prompt unless the user names one."""
     return {"system_prompt": "protocol", **env_config, "action_format": "tools"}
@@ -82,13 +85,52 @@ class ServeError(Exception):
     client; nothing ran."""
 
 
+class TurnData(TypedDict):
+    """A call's result as data while the episode goes on (``structuredContent`` over MCP)."""
+
+    output: str
+    status: ExecStatus
+    code_pass: int
+
+
+class EpisodeEnd(TypedDict):
+    """How a finished episode ended, as clients read it (:attr:`EpisodeSession.final`)."""
+
+    reward: float | None
+    reward_components: dict[str, float]
+    reward_status: RewardStatus
+    termination: Termination
+    format_ok: bool
+    gate: Gate | None
+    turns: int
+    error: str | None
+
+
+class EpisodeState(TypedDict):
+    """``deepanalyze://episode/state`` and OpenEnv's state: where the episode stands."""
+
+    episode_id: str | None
+    task_id: str
+    turns: int
+    calls: int
+    done: bool
+    ended: str | None  # "finished", or why it was closed early
+
+
+class DataFile(TypedDict):
+    """One data file of the task (``deepanalyze://task/files``)."""
+
+    name: str
+    size: str  # human-readable (``format_size``)
+
+
 @dataclass
 class CallResult:
     """What one call returns to a client: the text a model would read, the same as data, whether
     the episode ended, and whether the call was invalid (the env's error result)."""
 
     text: str
-    data: dict[str, Any]
+    data: TurnData | EpisodeEnd
     done: bool
     is_error: bool = False
 
@@ -99,8 +141,8 @@ class EpisodeSession:
     method is safe to call from any thread, and :meth:`abandon` from another thread while a call
     runs waits for it."""
 
-    env_config: dict[str, Any]
-    row: dict[str, Any]
+    env_config: JsonObject
+    row: JsonObject  # the task's dataset row
     limits: ServeLimits = field(default_factory=ServeLimits)
     episode_id: str | None = None
     policy_id: str = "served"
@@ -137,7 +179,7 @@ class EpisodeSession:
         prompt = self.env.messages[: self.env.prompt_len] if self.env is not None else []
         return "\n\n".join(str(m.get("content") or "") for m in prompt)
 
-    def files(self) -> list[dict[str, str]]:
+    def files(self) -> list[DataFile]:
         """The task's data files (name, size), read from the task's own folder without following
         links; the policy's scratch copy is not listed."""
         folder = self.env.source_workspace if self.env is not None else None
@@ -147,23 +189,23 @@ class EpisodeSession:
         for entry in sorted(Path(folder).iterdir()):
             info = entry.lstat()
             if stat.S_ISREG(info.st_mode):
-                found.append({"name": entry.name, "size": format_size(info.st_size)})
+                found.append(DataFile(name=entry.name, size=format_size(info.st_size)))
         return found
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> EpisodeState:
         env = self.env
-        return {
-            "episode_id": self.episode_id,
-            "task_id": self.task_id,
-            "turns": env.turns if env is not None else 0,
-            "calls": self.calls,
-            "done": self.ended is not None,
-            "ended": self.ended,
-        }
+        return EpisodeState(
+            episode_id=self.episode_id,
+            task_id=self.task_id,
+            turns=env.turns if env is not None else 0,
+            calls=self.calls,
+            done=self.ended is not None,
+            ended=self.ended,
+        )
 
     # ------------------------------------------------------------------ calls
 
-    def call(self, name: Any, arguments: Any) -> CallResult:
+    def call(self, name: JsonValue, arguments: JsonValue) -> CallResult:
         """One tool call as one policy turn. Raises :class:`ServeError` for a refused call (limit,
         ended episode); an invalid call is played (the env records why) and comes back with
         ``is_error``. A call while another of the same episode runs is refused at once: one
@@ -206,7 +248,7 @@ class EpisodeSession:
         finally:
             self._lock.release()
 
-    def _result(self, turn: ParsedTurn, out: Any) -> CallResult:
+    def _result(self, turn: ParsedTurn, out: BaseTextEnvStepOutput) -> CallResult:
         if self.ended is not None:  # the server was stopped while this call ran: recorded as it stood
             assert self.env is not None
             self.env.close(record=False)
@@ -214,32 +256,33 @@ class EpisodeSession:
         if not out["done"]:
             content = str(out["observations"][0]["content"]) if out["observations"] else ""
             meta = out["metadata"]
-            data = {"output": content, "status": meta["exec"]["status"], "code_pass": meta["code_pass"]}
+            data = TurnData(output=content, status=meta["exec"]["status"], code_pass=meta["code_pass"])
             return CallResult(content, data, done=False, is_error=turn.call is None)
         self.ended = "finished"
         assert self.env is not None
         self.env.close()  # the record is written now; the worker and scratch go
-        final = self.final or {}
+        final = self.final
+        assert final is not None  # it finished by this call
         return CallResult(final_text(final), final, done=True, is_error=turn.call is None)
 
     @property
-    def final(self) -> dict[str, Any] | None:
+    def final(self) -> EpisodeEnd | None:
         """How a finished episode ended, as clients read it (from the env's final step); None
         unless it finished by its own calls."""
         env = self.env
         if self.ended != "finished" or env is None or env.final_metadata is None:
             return None
         meta = env.final_metadata
-        return {
-            "reward": env.final_reward,
-            "reward_components": dict(meta["reward_components"]),
-            "reward_status": meta["reward_status"],
-            "termination": meta["termination"],
-            "format_ok": meta["format_ok"],
-            "gate": meta["gate"],
-            "turns": meta["turns"],
-            "error": meta.get("error"),
-        }
+        return EpisodeEnd(
+            reward=env.final_reward,
+            reward_components=dict(meta["reward_components"]),
+            reward_status=meta["reward_status"],
+            termination=meta["termination"],
+            format_ok=meta["format_ok"],
+            gate=meta["gate"],
+            turns=meta["turns"],
+            error=meta.get("error"),
+        )
 
     def abandon(self, reason: str, *, wait: bool = True) -> bool:
         """Close an episode its client left, recorded as unfinished; False if it was already over.
@@ -281,7 +324,7 @@ class EpisodeSession:
         return True
 
 
-def final_text(final: dict[str, Any]) -> str:
+def final_text(final: EpisodeEnd) -> str:
     """The end of an episode as one line a model can read."""
     components = ", ".join(f"{k} {v:+.3f}" for k, v in (final.get("reward_components") or {}).items())
     reward = final.get("reward")

@@ -31,7 +31,8 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any, NoReturn
+from types import FrameType
+from typing import NoReturn
 
 WAIT_STEP_S = 0.2
 """How long the main thread blocks at a time while a transport runs: the longest a Ctrl-C waits."""
@@ -46,7 +47,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
         return
 
-    def interrupt(signum: int, frame: Any) -> None:
+    def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, interrupt)

@@ -12,10 +12,17 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
+from deepanalyze_env.core.contracts import JsonValue
 from rewards.judge.errors import JudgeCacheMiss, JudgeCallError, JudgeConfigError, key_from_env, redact
 from rewards.judge.settings import JudgeSettings
+
+if TYPE_CHECKING:
+    import httpx
+    from openai import AsyncOpenAI
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +72,11 @@ class OpenAIBackend(Backend):
                 f"the openai judge has no base_url (so it would call api.openai.com) and the "
                 f"environment variable {settings.api_key_env} is not set"
             )
-        self._client: Any = None
+        self._client: AsyncOpenAI | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._request_options: dict[str, Any] = {}
+        self._request_options: dict[str, object] = {}  # handed to the client's ``post`` as is
 
-    def _get_client(self) -> Any:
+    def _get_client(self) -> AsyncOpenAI:
         """Create the client on the loop that uses it; its connection pool belongs to that loop."""
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
@@ -94,7 +101,7 @@ class OpenAIBackend(Backend):
             }
         return self._client
 
-    def _http_client(self, openai: Any) -> Any:
+    def _http_client(self, openai: ModuleType) -> httpx.AsyncClient | None:
         """openai's aiohttp transport when wanted and available; None means its default (httpx)."""
         wanted = self.settings.http_transport
         if wanted == "httpx":
@@ -142,7 +149,7 @@ class OpenAIBackend(Backend):
             ) from None
         return self._content(data)
 
-    def _content(self, data: Any) -> Generation:
+    def _content(self, data: JsonValue) -> Generation:
         try:
             choice = data["choices"][0]
             content = choice["message"]["content"]
@@ -207,8 +214,8 @@ class TransformersBackend(Backend):
     def __init__(self, settings: JudgeSettings):
         super().__init__(settings)
         self._lock = threading.Lock()
-        self._model: Any = None
-        self._tokenizer: Any = None
+        self._model: PreTrainedModel | None = None
+        self._tokenizer: PreTrainedTokenizerBase | None = None
         self._device: str = "cpu"
 
     def _load(self) -> None:
@@ -260,7 +267,7 @@ class TransformersBackend(Backend):
             else:
                 enc = tok(prompt, return_tensors="pt")
             enc = {k: v.to(self._device) for k, v in enc.items()}
-            sampling: dict[str, Any] = {"do_sample": False}
+            sampling: dict[str, bool | float] = {"do_sample": False}
             if self.settings.temperature > 0:
                 sampling = {"do_sample": True, "temperature": self.settings.temperature}
             pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id

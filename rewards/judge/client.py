@@ -19,9 +19,9 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tenacity import (
     AsyncRetrying,
@@ -35,11 +35,15 @@ from rewards.aio import background_loop, run_sync
 from rewards.judge.backends import Backend, Generation, describe_openai_error, make_backend
 from rewards.judge.cache import JudgeCache, cache_key
 from rewards.judge.errors import JudgeCallError, JudgeError, JudgeParseError, JudgeReplyCut, redact
-from rewards.judge.settings import JudgeSettings
+from rewards.judge.settings import JudgeIdentity, JudgeSettings
+
+if TYPE_CHECKING:
+    from deepanalyze_env.core.config import JudgeConfig
 
 log = logging.getLogger(__name__)
 
-Check = Callable[[str], Any]  # a reply's verdict, or JudgeParseError when it holds none
+Verdict = float | dict[str, float]  # a rubric's score, or its dimensions' scores
+Check = Callable[[str], Verdict]  # a reply's verdict, or JudgeParseError when it holds none
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class Completion:
     latency_ms: float
     attempts: int  # 0 for a cache hit
     key: str  # cache key (sha256 hex)
-    verdict: Any = None  # what ``check`` returned for it (None without a check)
+    verdict: Verdict | None = None  # what ``check`` returned for it (None without a check)
     cut: bool = False  # stopped at the token limit (only without a check: with one, a cut is refused)
     rejected: list[str] = field(default_factory=list)  # why each earlier reply of this call was refused
 
@@ -110,7 +114,7 @@ class JudgeClient:
         """Blocking form for code outside any event loop (CLI tools, tests)."""
         return run_sync(self._complete(prompt, sample, check))
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JudgeIdentity:
         return self.settings.describe()
 
     # ------------------------------------------------------------------ internals
@@ -156,7 +160,7 @@ class JudgeClient:
             state.next_action.sleep if state.next_action else 0.0,
         )
 
-    def _accept(self, generation: Generation, check: Check | None, attempts: int) -> Any:
+    def _accept(self, generation: Generation, check: Check | None, attempts: int) -> Verdict | None:
         """The verdict of a fresh reply, or :class:`JudgeParseError` (retried) when it holds none."""
         if check is None:
             return None
@@ -275,7 +279,7 @@ _clients: dict[tuple[int, JudgeSettings], JudgeClient] = {}
 _clients_lock = threading.Lock()
 
 
-def get_judge_client(config: Any) -> JudgeClient:
+def get_judge_client(config: JudgeConfig | JudgeSettings | Mapping[str, object]) -> JudgeClient:
     """The process's shared client for this judge config (``JudgeConfig``, mapping or settings).
 
     Validates the config (raising :class:`JudgeConfigError` naming the setting), so calling

@@ -19,7 +19,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+from deepanalyze_env.core.contracts import JsonObject
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +58,14 @@ class FakeJudgeServer:
         self.host = host
         self.port: int | None = None
         self.rules: list[_Rule] = []
-        self.requests: list[dict[str, Any]] = []
+        self.requests: list[JsonObject] = []  # the request bodies, as sent
         self.calls = 0
         self.in_flight = 0
         self.max_in_flight = 0
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._runner: Any = None
+        self._runner: web.AppRunner | None = None
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ scripting
@@ -87,7 +92,7 @@ class FakeJudgeServer:
 
     # ------------------------------------------------------------------ HTTP
 
-    def _app(self) -> Any:
+    def _app(self) -> web.Application:
         from aiohttp import web
 
         async def chat(request: web.Request) -> web.StreamResponse:

@@ -13,16 +13,36 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TypedDict
 
+from deepanalyze_env.core.contracts import JudgeSummary
 from rewards.judge.cache import cache_key
-from rewards.judge.client import JudgeClient
+from rewards.judge.client import JudgeClient, Verdict
 from rewards.judge.errors import JudgeError, JudgeParseError, JudgePromptTooLong
 from rewards.judge.parse import parse_dimensions, parse_score
 from rewards.judge.prompts import get_rubric, render
 from rewards.judge.transcript import Transcript
 
 log = logging.getLogger(__name__)
+
+
+class JudgeCall(TypedDict):
+    """One judge call as the session records it (``JudgeSummary.calls``)."""
+
+    rubric: str
+    prompt_hash: str
+    backend: str
+    model: str
+    sample: int
+    key: str | None  # cache key; None when the call failed before one was made
+    reply: str | None  # the raw reply (the last one, when none held a verdict)
+    score: Verdict | None  # the parsed verdict
+    parse_error: str | None
+    latency_ms: float | None
+    cached: bool
+    attempts: int
+    rejected: list[str]  # why each earlier reply of the call was refused
+    error: str | None
 
 
 class JudgeSession:
@@ -33,13 +53,13 @@ class JudgeSession:
             raise ValueError(f"score_rule must be 'last' or 'first', got {score_rule!r}")
         self.client = client
         self.score_rule = score_rule
-        self.calls: list[dict[str, Any]] = []
+        self.calls: list[JudgeCall] = []
 
     @property
     def model(self) -> str:
         return self.client.settings.model
 
-    def _check(self, rubric: str) -> Callable[[str], float | dict[str, float]]:
+    def _check(self, rubric: str) -> Callable[[str], Verdict]:
         spec = get_rubric(rubric)
         if spec.kind == "dimensions":
             return lambda text: parse_dimensions(text, spec.low, spec.high)
@@ -74,22 +94,22 @@ class JudgeSession:
                 f"judge.max_prompt_chars {limit:,} ({whose} made it so); not sent",
                 policy_caused=policy_caused,
             )
-        record: dict[str, Any] = {
-            "rubric": rubric,
-            "prompt_hash": prompt.prompt_hash,
-            "backend": settings.backend,
-            "model": settings.model,
-            "sample": sample,
-            "key": None,
-            "reply": None,
-            "score": None,
-            "parse_error": None,
-            "latency_ms": None,
-            "cached": False,
-            "attempts": 0,
-            "rejected": [],
-            "error": None,
-        }
+        record = JudgeCall(
+            rubric=rubric,
+            prompt_hash=prompt.prompt_hash,
+            backend=settings.backend,
+            model=settings.model,
+            sample=sample,
+            key=None,
+            reply=None,
+            score=None,
+            parse_error=None,
+            latency_ms=None,
+            cached=False,
+            attempts=0,
+            rejected=[],
+            error=None,
+        )
         self.calls.append(record)
         try:
             completion = await self.client.complete(prompt.text, sample=sample, check=self._check(rubric))
@@ -126,7 +146,7 @@ class JudgeSession:
     def prompt_hashes(self) -> dict[str, str]:
         return {call["rubric"]: call["prompt_hash"] for call in self.calls}
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JudgeSummary:
         """What a record's ``judge`` field holds: who judged, with which prompts, and every call."""
         return {
             **self.client.describe(),

@@ -10,12 +10,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
 from deepanalyze_env.core.config import JudgeConfig
 from deepanalyze_env.core.errors import ConfigError
 from rewards.judge.errors import JudgeConfigError
+
+
+class JudgeIdentity(TypedDict):
+    """What identifies a judge in metadata and records (:meth:`JudgeSettings.describe`): the head
+    of ``contracts.JudgeSummary``, never a key."""
+
+    backend: str
+    model: str
+    base_url: str | None  # without credentials
+    temperature: float
+    max_tokens: int
 
 
 def public_url(url: str | None) -> str | None:
@@ -33,7 +44,7 @@ def public_url(url: str | None) -> str | None:
 
 # Client-only settings: not in env_config (the defaults suit real endpoints; tests and
 # benchmarks shorten the backoff). Every other field comes from ``JudgeConfig``.
-_CLIENT_FIELDS: list[tuple[str, Any, Any]] = [
+_CLIENT_FIELDS: list[tuple[str, type, dataclasses.Field[object]]] = [
     # backoff between retries (exponential with jitter, capped)
     ("backoff_initial_s", float, dataclasses.field(default=0.5)),
     ("backoff_max_s", float, dataclasses.field(default=8.0)),
@@ -46,7 +57,9 @@ _CLIENT_FIELDS: list[tuple[str, Any, Any]] = [
 
 class _SettingsMethods:
     @classmethod
-    def from_config(cls, config: Any, **overrides: Any) -> JudgeSettings:
+    def from_config(
+        cls, config: JudgeConfig | JudgeSettings | Mapping[str, object], **overrides: object
+    ) -> JudgeSettings:
         """Build from a ``JudgeConfig``, a mapping or another ``JudgeSettings``; validate."""
         if isinstance(config, JudgeSettings) or (
             dataclasses.is_dataclass(config) and not isinstance(config, type)
@@ -87,15 +100,15 @@ class _SettingsMethods:
         if self.backoff_initial_s < 0 or self.backoff_max_s < 0:
             raise JudgeConfigError("judge backoff times must be >= 0")
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JudgeIdentity:
         """What identifies this judge in metadata and records (no key, no key-variable value)."""
-        return {
-            "backend": self.backend,
-            "model": self.model,
-            "base_url": public_url(self.base_url),
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
-        }
+        return JudgeIdentity(
+            backend=self.backend,
+            model=self.model,
+            base_url=public_url(self.base_url),
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+        )
 
     @property
     def label(self) -> str:

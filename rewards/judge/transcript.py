@@ -20,7 +20,9 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
+
+from deepanalyze_env.core.contracts import JsonValue
 
 Author = Literal["analyst", "recorded", "environment"]
 
@@ -47,7 +49,7 @@ class Transcript:
         return "".join(f"\x1e{part.author}\x1f{part.text}" for part in self.parts)
 
 
-def _text(content: Any) -> str:
+def _text(content: JsonValue) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
@@ -57,7 +59,7 @@ def _text(content: Any) -> str:
     return str(content)
 
 
-def _call_text(call: Any) -> str:
+def _call_text(call: JsonValue) -> str:
     """A structured tool call as readable text: the tool, then each argument's name and value."""
     function = call.get("function", call) if isinstance(call, Mapping) else {}
     name = function.get("name", "?") if isinstance(function, Mapping) else "?"
@@ -74,14 +76,14 @@ def _call_text(call: Any) -> str:
     return f"Tool call {name}, arguments:\n{json.dumps(arguments, ensure_ascii=False)}"
 
 
-def _assistant_text(message: Mapping[str, Any]) -> str:
+def _assistant_text(message: Mapping[str, JsonValue]) -> str:
     pieces = [_text(message.get("content")).strip("\n")]
     pieces += [_call_text(call) for call in message.get("tool_calls") or []]
     return "\n".join(p for p in pieces if p)
 
 
 def episode_transcript(
-    messages: Sequence[Mapping[str, Any]], turns: int, prefix_turns: int = 0
+    messages: Sequence[Mapping[str, JsonValue]], turns: int, prefix_turns: int = 0
 ) -> Transcript:
     """The judged part of ``messages``: the ``prefix_turns`` recorded turns, then the ``turns`` own
     ones, each followed by the environment's replies. A context whose messages hold fewer assistant

@@ -24,14 +24,16 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, Unpack
 
+from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject
 from deepanalyze_env.core.models import CACHE_ENV, cache_dir
 from deepanalyze_env.offline.bank import BankError
 from deepanalyze_env.offline.bank.families import FAMILIES, Draft, FamilyContext
-from deepanalyze_env.offline.bank.quality import judge, reward_spec, run_programs, summarise
+from deepanalyze_env.offline.bank.families.base import Difficulty
+from deepanalyze_env.offline.bank.quality import BankRewardSpec, judge, reward_spec, run_programs, summarise
 from deepanalyze_env.offline.bank.sources import TABLES, describe
-from deepanalyze_env.offline.bank.splits import MANIFEST, SPLITS, file_hashes, manifest
+from deepanalyze_env.offline.bank.splits import MANIFEST, SPLITS, Manifest, file_hashes, manifest
 from deepanalyze_env.offline.bank.workspaces import kinds_for, write_workspace
 
 log = logging.getLogger(__name__)
@@ -43,27 +45,64 @@ PER_TABLE = {"train": 7, "dev": 4, "test": 4}
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
+class TaskSource(TypedDict):
+    """Where a task's table comes from (``tasks[].sources``)."""
+
+    table: str
+    package: str
+    module: str
+    extra: str | None
+
+
+class BankTask(TypedDict):
+    """One line of the bank's ``tasks/<split>.jsonl`` (a task file ``core.tasks`` reads)."""
+
+    id: str
+    method: str
+    instruction: str
+    input_seq: str
+    data: str
+    workspace_id: str
+    reward_spec: BankRewardSpec
+    family: str
+    difficulty: Difficulty
+    tables: list[str]
+    sources: list[TaskSource]
+    split: str
+
+
+class BuildOptions(TypedDict, total=False):
+    """What a build may be told besides its folder (:func:`build`, :func:`ensure`, :func:`check`)."""
+
+    seed: int
+    families: list[str] | None
+    tables: list[str] | None
+    per_table: dict[str, int] | None
+    workers: int
+    progress: Progress | None
+
+
 @dataclass
 class BuildResult:
     """What a bank build produced: the kept tasks, drop counts by reason, the reference-episode self-
     check and its failures, and the manifest written beside them."""
 
     out: Path
-    tasks: list[dict[str, Any]]
+    tasks: list[BankTask]
     dropped: dict[str, int]
     self_check: dict[str, int]
     failures: list[str] = field(default_factory=list)
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: Manifest | None = None
 
 
-def _write_jsonl(path: Path, items: Iterable[dict[str, Any]]) -> None:
+def _write_jsonl(path: Path, items: Iterable[object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
         for item in items:
             fh.write(json.dumps(item, ensure_ascii=False, sort_keys=True, allow_nan=False) + "\n")
 
 
-def _task(draft: Draft, spec: dict[str, Any], index: int, split: str) -> dict[str, Any]:
+def _task(draft: Draft, spec: BankRewardSpec, index: int, split: str) -> BankTask:
     src = TABLES[draft.table]
     return {
         "id": f"bank-{draft.family}-{draft.table}-{index:03d}",
@@ -81,7 +120,7 @@ def _task(draft: Draft, spec: dict[str, Any], index: int, split: str) -> dict[st
     }
 
 
-def build(out: Path, **kwargs: Any) -> BuildResult:
+def build(out: Path, **kwargs: Unpack[BuildOptions]) -> BuildResult:
     """Build the bank into ``out`` (created; must be empty or absent), atomically: the files are
     made in a sibling folder and renamed into place at the end, so an interrupted or failed build
     leaves nothing that blocks the next one (outputs do not depend on the folder's path)."""
@@ -109,7 +148,7 @@ def _drafts(
     seed: int,
     per_table: dict[str, int],
     tick: Progress,
-) -> tuple[list[Draft], list[dict[str, Any]]]:
+) -> tuple[list[Draft], list[JsonObject]]:
     """Every family's drafts over every table (each family's RNG seeded by seed, table and family,
     so adding a family changes no other family's tasks), and each table's provenance."""
     drafts: list[Draft] = []
@@ -134,19 +173,19 @@ def _drafts(
 
 
 def _reference_episodes(
-    kept: list[tuple[Draft, dict[str, Any]]], out: Path, workers: int, tick: Progress
-) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    kept: list[tuple[Draft, BankTask]], out: Path, workers: int, tick: Progress
+) -> tuple[dict[str, EpisodeRecord], list[str]]:
     """Each kept task's reference episode played through the real env: the records of those
     that score full marks, and why the others did not (the self-check)."""
-    from deepanalyze_env.offline.bank.episodes import empty_judge_cache, play
+    from deepanalyze_env.offline.bank.episodes import EpisodeCheck, empty_judge_cache, play
 
     failures: list[str] = []
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, EpisodeRecord] = {}
     with tempfile.TemporaryDirectory(prefix="bank-judge-") as tmp:
         cache = empty_judge_cache(Path(tmp))
         done = 0
 
-        def one(item: tuple[Draft, dict[str, Any]]):
+        def one(item: tuple[Draft, BankTask]) -> tuple[str, EpisodeCheck]:
             draft, task = item
             return task["id"], play(task, draft, out, cache)
 
@@ -183,8 +222,8 @@ def _build(
     out.mkdir(parents=True, exist_ok=True)
     drafts, sources = _drafts(out / "workspaces", table_names, names, seed, per_table, tick)
     # ground truth from the kernel, then the gate
-    reasons: Counter = Counter()
-    kept: list[tuple[Draft, dict[str, Any]]] = []
+    reasons: Counter[str] = Counter()
+    kept: list[tuple[Draft, BankTask]] = []
     seen: set[tuple[str, str, str]] = set()
     fresh: list[Draft] = []
     for d in drafts:
@@ -196,8 +235,8 @@ def _build(
         fresh.append(d)
     results = run_programs(fresh, out)
     tick("ground truth", len(fresh), len(fresh))
-    per_group: Counter = Counter()
-    tasks: list[dict[str, Any]] = []
+    per_group: Counter[tuple[str, str]] = Counter()
+    tasks: list[BankTask] = []
     for d, (status, output) in zip(fresh, results, strict=True):
         truth, reason = judge(d, status, output)
         if reason is not None:
@@ -248,7 +287,7 @@ def cache_folder(seed: int = DEFAULT_SEED) -> Path:
     return base / "deepanalyze-env" / f"bank-seed{seed}"
 
 
-def ensure(out: Path | None = None, seed: int = DEFAULT_SEED, **kwargs: Any) -> Path:
+def ensure(out: Path | None = None, seed: int = DEFAULT_SEED, **kwargs: Unpack[BuildOptions]) -> Path:
     """The bank folder, built first if it holds no manifest (build on first use)."""
     out = out or cache_folder(seed)
     if not (out / MANIFEST).is_file():
@@ -270,7 +309,7 @@ def compare(built: Path, existing: Path) -> list[str]:
     return diffs
 
 
-def check(out: Path, **kwargs: Any) -> list[str]:
+def check(out: Path, **kwargs: Unpack[BuildOptions]) -> list[str]:
     """Rebuild into a temporary folder and compare with ``out``."""
     with tempfile.TemporaryDirectory(prefix="bank-check-") as tmp:
         fresh = Path(tmp) / "bank"

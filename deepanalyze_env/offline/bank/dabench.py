@@ -18,7 +18,8 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from deepanalyze_env.core.contracts import JsonObject, JsonValue
 
 QUESTION_KEYS = ("id", "question", "concepts", "constraints", "format", "file_name", "level")
 DATA_DIR = "dabench"
@@ -29,7 +30,7 @@ class Conversion:
     """DABench questions turned into tasks, plus the problems of the lines that were skipped (reported,
     never silently lost)."""
 
-    tasks: list[dict[str, Any]] = field(default_factory=list)
+    tasks: list[JsonObject] = field(default_factory=list)  # task-file lines (core.tasks reads them)
     problems: list[str] = field(default_factory=list)
 
 
@@ -40,8 +41,9 @@ def _lines(path: Path):
                 yield lineno, line
 
 
-def read_labels(path: Path, problems: list[str]) -> dict[Any, list[list[str]]]:
-    labels: dict[Any, list[list[str]]] = {}
+def read_labels(path: Path, problems: list[str]) -> dict[JsonValue, list[list[str]]]:
+    """Each question id's answer as [name, value] pairs; bad lines go to ``problems``."""
+    labels: dict[JsonValue, list[list[str]]] = {}
     for lineno, line in _lines(path):
         where = f"{path.name}:{lineno}"
         try:
@@ -68,7 +70,7 @@ def workspace_id(file_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(file_name).stem).strip("_") or "table"
 
 
-def instruction(q: dict[str, Any]) -> str:
+def instruction(q: JsonObject) -> str:
     return (
         f"{q['question'].strip()}\n\nConstraints: {str(q['constraints']).strip()}\n\n"
         f"Answer format: {str(q['format']).strip()}\n"

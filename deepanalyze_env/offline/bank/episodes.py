@@ -27,9 +27,16 @@ import math
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject
 from deepanalyze_env.offline.bank.families.base import ANSWER_MARK, Draft
+
+if TYPE_CHECKING:
+    from deepanalyze_env.core.env import DeepAnalyzeEnv
+    from deepanalyze_env.offline.bank.build import BankTask
+    from deepanalyze_env.offline.bank.quality import ExpectedFile
+    from rewards import RewardContext
 
 ANSWER_COMPONENTS = (
     "answer_match",
@@ -48,7 +55,7 @@ class EpisodeCheck:
     """A reference episode played through the real env, and whatever kept it from scoring full marks
     (empty when it did)."""
 
-    record: dict[str, Any]
+    record: EpisodeRecord
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -69,7 +76,7 @@ def _answer_from(outputs: list[str]) -> str | None:
     return None
 
 
-def wrong_answer(answer: str, task: dict[str, Any]) -> str:
+def wrong_answer(answer: str, task: BankTask) -> str:
     """A value the ground truth rejects: numbers moved far outside the tolerance, text replaced."""
     from rewards.answers import PART
 
@@ -87,7 +94,7 @@ def wrong_answer(answer: str, task: dict[str, Any]) -> str:
     return bump(answer)
 
 
-def env_config(workspace_root: Path, cache: Path, timeout_s: float) -> dict[str, Any]:
+def env_config(workspace_root: Path, cache: Path, timeout_s: float) -> JsonObject:
     return {
         "workspace_root": str(workspace_root),
         "executor": {"timeout_s": timeout_s, "memory_mb": 4096},
@@ -96,7 +103,7 @@ def env_config(workspace_root: Path, cache: Path, timeout_s: float) -> dict[str,
 
 
 def play(
-    task: dict[str, Any], draft: Draft, workspace_root: Path, cache: Path, timeout_s: float = 60.0
+    task: BankTask, draft: Draft, workspace_root: Path, cache: Path, timeout_s: float = 60.0
 ) -> EpisodeCheck:
     """Run the reference episode of ``task`` through the env, record it and self-check it."""
     from deepanalyze_env.core.env import DeepAnalyzeEnv
@@ -169,12 +176,12 @@ def last_digit_moved(text: str, step: int) -> str | None:
     return str(number + step * Decimal(1).scaleb(exponent))
 
 
-def _answer_scores(env: Any, ctx: Any, answer: str) -> dict[str, float]:
+def _answer_scores(env: DeepAnalyzeEnv, ctx: RewardContext, answer: str) -> dict[str, float]:
     outcome = env.plan.score(dataclasses.replace(ctx, answer=answer))
     return {n: v for n, v in outcome.components.items() if n in ANSWER_COMPONENTS}
 
 
-def _perturbed_scores_below_full(env: Any, task: dict[str, Any]) -> list[str]:
+def _perturbed_scores_below_full(env: DeepAnalyzeEnv, task: BankTask) -> list[str]:
     """The perturbations of the module docstring, each rescored through the episode's plan."""
     spec = task["reward_spec"]
     ctx = env._context()
@@ -204,7 +211,7 @@ def _perturbed_scores_below_full(env: Any, task: dict[str, Any]) -> list[str]:
 FILE_MARKS = ("file_schema", "file_rows", "file_values")
 
 
-def _file_perturbations(env: Any, ctx: Any, expected: dict[str, Any]) -> list[str]:
+def _file_perturbations(env: DeepAnalyzeEnv, ctx: RewardContext, expected: ExpectedFile) -> list[str]:
     target = Path(ctx.workspace) / expected["name"]
     if not target.is_file():
         return []  # the reference check already names the missing file
@@ -241,12 +248,12 @@ def _file_perturbations(env: Any, ctx: Any, expected: dict[str, Any]) -> list[st
     return problems
 
 
-def _full_file_marks(env: Any, ctx: Any) -> bool:
+def _full_file_marks(env: DeepAnalyzeEnv, ctx: RewardContext) -> bool:
     components = env.plan.score(ctx).components
     return all(components.get(name) == 1.0 for name in FILE_MARKS)
 
 
-def _wrong_scores_zero(env: Any, task: dict[str, Any], value: str) -> list[str]:
+def _wrong_scores_zero(env: DeepAnalyzeEnv, task: BankTask, value: str) -> list[str]:
     ctx = env._context()
     expected = task["reward_spec"].get("expected_file")
     if expected:

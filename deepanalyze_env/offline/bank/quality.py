@@ -22,8 +22,9 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
+from deepanalyze_env.core.contracts import JsonObject, JsonValue
 from deepanalyze_env.offline.bank.families.base import GATE_MARK, AnswerFormat, Draft
 
 REASONS = ("error", "nan", "empty", "tie", "rounding", "near_alpha", "duplicate")
@@ -34,17 +35,40 @@ ALPHA_BAND = 1e-3
 GATE_OUTPUT_CHARS = 20_000_000
 
 
+GroundTruth = str | list[list[str]]  # the answer, or [part name, answer] pairs
+Tolerance = float | dict[str, float] | None  # absolute; per part for a parts answer
+
+
+class ExpectedFile(TypedDict):
+    """The table a datatask must save (``reward_spec.expected_file``; :mod:`rewards.files`)."""
+
+    name: str
+    columns: JsonValue  # as the reference program printed them
+    rows: JsonValue
+    tolerance: float
+
+
+class BankRewardSpec(TypedDict):
+    """The ``reward_spec`` of a bank task (:func:`reward_spec`)."""
+
+    method: str
+    ground_truth: GroundTruth
+    function: list[str]
+    expected_file: NotRequired[ExpectedFile]
+    tolerance: NotRequired[float | dict[str, float]]
+
+
 @dataclass
 class Truth:
     """A draft's ground truth as the reference program printed it in the kernel, with the tolerance its
     stated decimals allow and the gate record."""
 
-    ground_truth: Any
-    tolerance: Any  # float, {part: float} or None
-    gate: dict[str, Any]
+    ground_truth: GroundTruth
+    tolerance: Tolerance
+    gate: JsonObject  # the reference program's gate line, as printed
 
 
-def parse_gate(output: str) -> dict[str, Any] | None:
+def parse_gate(output: str) -> JsonObject | None:
     for line in reversed(output.splitlines()):
         if line.startswith(GATE_MARK):
             try:
@@ -81,7 +105,7 @@ def run_programs(drafts: list[Draft], workspace_root: Path, timeout_s: float = 6
     return [r if r is not None else ("error", "") for r in results]
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: JsonValue) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -96,7 +120,7 @@ def _near_rounding(value: float, decimals: int) -> bool:
     return shown(value - eps) != shown(value + eps)
 
 
-def _format(value: Any, kind: str, decimals: int | None) -> str:
+def _format(value: JsonValue, kind: str, decimals: int | None) -> str:
     if kind == "integer":
         return str(round(value))
     if kind == "number":
@@ -159,7 +183,7 @@ def judge(draft: Draft, status: str, output: str) -> tuple[Truth | None, str | N
     return Truth(_format(value, "number", fmt.decimals), 0.5 * 10 ** -(fmt.decimals or 0), gate), None
 
 
-def reward_spec(draft: Draft, truth: Truth) -> dict[str, Any]:
+def reward_spec(draft: Draft, truth: Truth) -> BankRewardSpec:
     fmt = draft.answer
     if fmt.kind == "report":
         return {"method": "openresearch", "ground_truth": "", "function": ["judge_opendomain"]}
@@ -176,7 +200,7 @@ def reward_spec(draft: Draft, truth: Truth) -> dict[str, Any]:
                 "tolerance": 1e-6,
             },
         }
-    spec: dict[str, Any] = {
+    spec: BankRewardSpec = {
         "method": "verified",
         "ground_truth": truth.ground_truth,
         "function": ["answer_parts" if fmt.kind == "parts" else "answer_match"],
@@ -186,5 +210,5 @@ def reward_spec(draft: Draft, truth: Truth) -> dict[str, Any]:
     return spec
 
 
-def summarise(reasons: Counter) -> dict[str, int]:
+def summarise(reasons: Counter[str]) -> dict[str, int]:
     return {r: int(reasons.get(r, 0)) for r in REASONS}

@@ -441,10 +441,3 @@ def describe(spec: TableSpec, frame) -> SourceInfo:
         extra=spec.extra,
         column_names=[str(c) for c in frame.columns],
     )
-
-
-def get_table(name: str) -> TableSpec:
-    try:
-        return TABLES[name]
-    except KeyError:
-        raise BankError(f"unknown table {name!r}; known: {', '.join(sorted(TABLES))}") from None

@@ -14,12 +14,37 @@ import importlib.metadata
 import platform
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
+
+from deepanalyze_env.core.contracts import JsonObject
+
+if TYPE_CHECKING:
+    from deepanalyze_env.offline.bank.build import BankTask
 
 SPLITS = ("train", "dev", "test")
-MIN_SIZES = {"train": 800, "dev": 150, "test": 150}
 VERSION_PACKAGES = ("deepanalyze-env", "pandas", "numpy", "scipy", "statsmodels", "scikit-learn", "openpyxl")
 MANIFEST = "manifest.json"
+
+
+class Counts(TypedDict):
+    """Tasks per split, and per family × split × method."""
+
+    per_split: dict[str, int]
+    family_split_method: dict[str, dict[str, dict[str, int]]]
+
+
+class Manifest(TypedDict):
+    """The bank's ``manifest.json`` (:func:`manifest`)."""
+
+    seed: int
+    families: list[str]
+    versions: dict[str, str]  # package → version that produced the build
+    counts: Counts
+    tables_per_split: dict[str, list[str]]
+    dropped: dict[str, int]  # reason → drafts dropped
+    self_check: dict[str, int]  # reference episodes played, passed, failed
+    sources: list[JsonObject]  # each table's provenance (``sources.describe``)
+    files: dict[str, str]  # path → sha256
 
 
 def versions() -> dict[str, str]:
@@ -32,7 +57,7 @@ def versions() -> dict[str, str]:
     return out
 
 
-def disjoint_by_table(tasks: list[dict[str, Any]]) -> dict[str, set[str]]:
+def disjoint_by_table(tasks: list[BankTask]) -> dict[str, set[str]]:
     """Tables per split; raises when a table appears in two splits."""
     tables: dict[str, set[str]] = {s: set() for s in SPLITS}
     for task in tasks:
@@ -45,7 +70,7 @@ def disjoint_by_table(tasks: list[dict[str, Any]]) -> dict[str, set[str]]:
     return tables
 
 
-def counts(tasks: list[dict[str, Any]]) -> dict[str, Any]:
+def counts(tasks: list[BankTask]) -> Counts:
     by = Counter((t["family"], t["split"], t["method"]) for t in tasks)
     table: dict[str, dict[str, dict[str, int]]] = {}
     for (family, split, method), n in sorted(by.items()):
@@ -65,13 +90,13 @@ def file_hashes(root: Path) -> dict[str, str]:
 
 def manifest(
     root: Path,
-    tasks: list[dict[str, Any]],
-    sources: list[dict[str, Any]],
+    tasks: list[BankTask],
+    sources: list[JsonObject],
     seed: int,
     families: list[str],
     dropped: dict[str, int],
     self_check: dict[str, int],
-) -> dict[str, Any]:
+) -> Manifest:
     tables = disjoint_by_table(tasks)
     return {
         "seed": seed,

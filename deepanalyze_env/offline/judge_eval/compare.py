@@ -16,10 +16,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-from deepanalyze_env.offline.eval_report import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, bootstrap_ci
-from deepanalyze_env.offline.report import fmt
+from deepanalyze_env.offline.judge_eval.metrics import CandidateRow, CaseRow
+from deepanalyze_env.offline.judge_eval.outputs import JudgeEvalReport
+from deepanalyze_env.offline.report import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, bootstrap_ci, fmt
 
 PAIRED_METRICS = ("ordering_accuracy", "parse_failure_rate", "score_std_across_repeats")
 ANSWERED = ("scored", "parse_error")  # a sample that got a reply, readable or not
@@ -31,17 +32,77 @@ class SetRun:
 
     name: str
     prompt_dir: str | None
-    report: dict[str, Any]
-    rows: list[dict[str, Any]]
+    report: JudgeEvalReport
+    rows: list[CaseRow]
 
 
-def _samples(candidate: dict[str, Any]) -> dict[int, str]:
+class SetFigures(TypedDict):
+    """One prompt set's headline figures in ``compare.json``."""
+
+    name: str
+    prompt_dir: str | None
+    prompt_hash: str
+    ordering_accuracy: float | None
+    parse_failure_rate: float | None
+    score_std_across_repeats: float | None
+    n_pairs: int | None
+    n_replies: int | None
+    n_parse_failures: int | None
+    passed: bool | None
+
+
+class Difference(TypedDict):
+    """One metric's paired difference from the baseline, with its interval over cases."""
+
+    diff: float | None
+    ci95: list[float] | None
+    n_cases: int
+    n_items: int
+
+
+class SetDifference(TypedDict):
+    """A later set minus the baseline, per paired metric."""
+
+    set: str
+    minus: str
+    metrics: dict[str, Difference]
+
+
+class Bootstrap(TypedDict):
+    """How the intervals were resampled."""
+
+    unit: str
+    resamples: int
+    seed: int
+    interval: str
+
+
+class SetComparison(TypedDict):
+    """``compare.json`` (before the judge header the command puts in front)."""
+
+    baseline: str
+    sets: list[SetFigures]
+    differences: list[SetDifference]
+    bootstrap: Bootstrap
+
+
+class CompareHeader(TypedDict):
+    """What every compared set shares: the judge and the fixtures."""
+
+    model: str
+    backend: str
+    base_url: str | None
+    temperature: float
+    repeats: int
+    n_cases: int
+    fixtures: list[str]
+
+
+def _samples(candidate: CandidateRow) -> dict[int, str]:
     return {s["repeat"]: s["status"] for s in candidate["samples"]}
 
 
-def paired_items(
-    base: Sequence[dict[str, Any]], other: Sequence[dict[str, Any]]
-) -> dict[str, list[list[float]]]:
+def paired_items(base: Sequence[CaseRow], other: Sequence[CaseRow]) -> dict[str, list[list[float]]]:
     """Per metric, per case present in both: the paired differences ``other − base`` of its items."""
     by_id = {row["id"]: row for row in base}
     out: dict[str, list[list[float]]] = {m: [] for m in PAIRED_METRICS}
@@ -77,7 +138,7 @@ def _clean(x: float) -> float:
     return round(x, 12) + 0.0
 
 
-def _difference(groups: list[list[float]]) -> dict[str, Any]:
+def _difference(groups: list[list[float]]) -> Difference:
     values = [v for g in groups for v in g]
     ci = bootstrap_ci(groups)
     return {
@@ -88,7 +149,7 @@ def _difference(groups: list[list[float]]) -> dict[str, Any]:
     }
 
 
-def compare_sets(runs: Sequence[SetRun]) -> dict[str, Any]:
+def compare_sets(runs: Sequence[SetRun]) -> SetComparison:
     """``compare.json``: every set's headline figures, every later set's paired differences from the first."""
     base = runs[0]
     return {
@@ -123,7 +184,7 @@ def compare_sets(runs: Sequence[SetRun]) -> dict[str, Any]:
     }
 
 
-def render_compare_markdown(result: dict[str, Any], header: dict[str, Any]) -> str:
+def render_compare_markdown(result: SetComparison, header: CompareHeader) -> str:
     lines = [
         "# Judge prompt sets compared",
         "",
@@ -164,7 +225,7 @@ def render_compare_markdown(result: dict[str, Any], header: dict[str, Any]) -> s
     return "\n".join(lines)
 
 
-def write_compare(out: Path, result: dict[str, Any], header: dict[str, Any]) -> None:
+def write_compare(out: Path, result: SetComparison, header: CompareHeader) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps({**header, **result}, indent=2, ensure_ascii=False) + "\n")
     (out / "compare.md").write_text(render_compare_markdown(result, header), encoding="utf-8")

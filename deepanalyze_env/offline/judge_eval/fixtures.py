@@ -8,8 +8,9 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
+from deepanalyze_env.core.contracts import JsonValue
 from rewards.registry import RewardFunction, RewardSpecError, resolve
 
 log = logging.getLogger(__name__)
@@ -60,10 +61,18 @@ class FixtureCase:
     method: str
     judge: str
     question: str
-    ground_truth: Any
+    ground_truth: JsonValue
     candidates: tuple[Candidate, ...]
     source: str  # "file:line", for messages and cases.jsonl
     task_id: str | None = None
+
+
+class BadLineInfo(TypedDict):
+    """A skipped fixture line as ``report.json`` lists it (:meth:`BadLine.as_dict`)."""
+
+    file: str
+    line: int
+    error: str
 
 
 @dataclass(frozen=True)
@@ -74,8 +83,8 @@ class BadLine:
     line: int
     error: str
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "line": self.line, "error": self.error}
+    def as_dict(self) -> BadLineInfo:
+        return BadLineInfo(file=self.file, line=self.line, error=self.error)
 
 
 class FixtureError(ValueError):
@@ -99,7 +108,7 @@ def judge_function(name: str) -> RewardFunction:
     return fn
 
 
-def parse_case(obj: Any, source: str) -> FixtureCase:
+def parse_case(obj: JsonValue, source: str) -> FixtureCase:
     """Validate one decoded fixture line; raises :class:`FixtureError` naming the bad field."""
     if not isinstance(obj, dict):
         raise FixtureError(f"expected a JSON object, got {type(obj).__name__}")

@@ -7,16 +7,152 @@ import hashlib
 import logging
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import NotRequired, TypedDict
 
-from deepanalyze_env.offline.judge_eval.fixtures import LABEL_RANK, LABELS, FixtureCase
-from deepanalyze_env.offline.judge_eval.scoring import Sample
+from deepanalyze_env.offline.judge_eval.fixtures import LABEL_RANK, LABELS, Candidate, FixtureCase
+from deepanalyze_env.offline.judge_eval.scoring import Sample, SampleStatus
 from deepanalyze_env.offline.report import mean as mean_of
 from deepanalyze_env.offline.report import median, quantile
 from rewards.judge import validate_prompts
+from rewards.judge.session import JudgeCall
 from rewards.judges import RUBRIC_OF
 
 log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------- shapes
+
+
+class SampleRow(TypedDict):
+    """One repeat of a candidate as ``cases.jsonl`` keeps it."""
+
+    repeat: int
+    status: SampleStatus
+    score: float | None
+    dimensions: dict[str, float] | None
+    error: str | None
+    calls: list[JudgeCall]
+
+
+class CandidateRow(TypedDict):
+    """One candidate of a case: its score over scored repeats and every repeat."""
+
+    index: int
+    label: str
+    kind: str
+    score: float | None  # None when no repeat scored
+    std: float | None  # sample std over repeats; None with fewer than two
+    scores: list[float | None]
+    dimensions: dict[str, float] | None
+    samples: list[SampleRow]
+
+
+class RankedPair(TypedDict):
+    """Two candidates of one case with different labels, and whether the judge ordered them so."""
+
+    better: int  # candidate indexes
+    worse: int
+    labels: str  # "reference>wrong"
+    better_score: float
+    worse_score: float
+    outcome: float  # 1, 0.5 on a tie, 0
+    case_id: NotRequired[str]  # set in the run-wide list
+    judge: NotRequired[str]
+
+
+class CaseRow(TypedDict):
+    """One line of ``cases.jsonl``."""
+
+    id: str
+    method: str
+    judge: str
+    task_id: str | None
+    source: str
+    ordering_accuracy: float | None
+    n_pairs: int
+    candidates: list[CandidateRow]
+    pairs: list[RankedPair]
+
+
+class PairAccuracy(TypedDict):
+    """Ordering accuracy of one label pair (``reference>wrong``) over the run."""
+
+    accuracy: float | None
+    n_pairs: int
+
+
+class JudgeFigures(TypedDict):
+    """One judge function's figures (``per_judge``)."""
+
+    n_cases: int
+    per_label_mean: dict[str, float | None]
+    ordering_accuracy: float | None
+    n_pairs: int
+    per_dimension_mean: NotRequired[dict[str, dict[str, float | None]]]  # label → dimension → mean
+
+
+class _JudgeTally(TypedDict):
+    n_cases: int
+    labels: dict[str, list[float]]
+    pairs: list[RankedPair]
+    dims: dict[str, dict[str, list[float]]]
+
+
+class CallFigures(TypedDict):
+    """Counts over every judge call of the run (:func:`_call_metrics`)."""
+
+    n_calls: int
+    n_replies: int
+    n_cached: int
+    n_parse_failures: int
+    n_call_errors: int
+    n_other_errors: int
+    parse_failure_rate: float | None
+    latency_ms_p50: float | None
+    latency_ms_p90: float | None
+
+
+class JudgeEvalMetrics(TypedDict):
+    """The aggregate metrics of a judge evaluation (:func:`evaluate_cases`)."""
+
+    n_cases: int
+    n_candidates: int
+    n_samples: int
+    n_scored: int
+    n_unscored_candidates: int
+    n_calls: int
+    n_replies: int
+    n_cached: int
+    n_parse_failures: int
+    n_call_errors: int
+    n_other_errors: int
+    parse_failure_rate: float | None
+    per_label_mean: dict[str, float | None]
+    per_label_n: dict[str, int]
+    ordering_accuracy: float | None
+    n_pairs: int
+    ordering_by_pair: dict[str, PairAccuracy]
+    score_std_across_repeats: float | None
+    n_std_candidates: int
+    latency_ms_p50: float | None
+    latency_ms_p90: float | None
+    per_judge: dict[str, JudgeFigures]
+
+
+class PromptSet(TypedDict):
+    """The rubric prompt files in use (:func:`prompt_set`)."""
+
+    prompt_hash: str  # over the whole set
+    prompt_hashes: dict[str, str]  # rubric → sha256
+    prompt_dir: str | None
+
+
+class ThresholdGate(TypedDict):
+    """One CI gate of :func:`check_thresholds`."""
+
+    limit: float
+    value: float | None
+    passed: bool
+
 
 # ---------------------------------------------------------------------------------- metrics
 
@@ -30,11 +166,11 @@ def pair_outcome(better: float, worse: float) -> float:
     return 0.0
 
 
-def _ordering(pairs: list[dict[str, Any]]) -> float | None:
+def _ordering(pairs: Sequence[RankedPair]) -> float | None:
     return mean_of([p["outcome"] for p in pairs])
 
 
-def _candidate_row(index: int, cand: Any, reps: Sequence[Sample]) -> dict[str, Any]:
+def _candidate_row(index: int, cand: Candidate, reps: Sequence[Sample]) -> CandidateRow:
     """One candidate of a case: its mean over scored repeats (None when none scored), their
     sample std, the mean of each judged dimension, and every repeat as recorded."""
     scores = [s.score for s in reps if s.status == "scored" and s.score is not None]
@@ -66,9 +202,9 @@ def _candidate_row(index: int, cand: Any, reps: Sequence[Sample]) -> dict[str, A
     }
 
 
-def _ranked_pairs(cand_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def _ranked_pairs(cand_rows: Sequence[CandidateRow]) -> list[RankedPair]:
     """Every (better label, worse label) pair of scored candidates of one case, with its outcome."""
-    pairs = []
+    pairs: list[RankedPair] = []
     for a in cand_rows:
         for b in cand_rows:
             if LABEL_RANK[a["label"]] <= LABEL_RANK[b["label"]]:
@@ -88,8 +224,8 @@ def _ranked_pairs(cand_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return pairs
 
 
-def _per_judge(judge_stats: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    per_judge = {}
+def _per_judge(judge_stats: dict[str, _JudgeTally]) -> dict[str, JudgeFigures]:
+    per_judge: dict[str, JudgeFigures] = {}
     for judge, stats in judge_stats.items():
         per_judge[judge] = {
             "n_cases": stats["n_cases"],
@@ -105,7 +241,7 @@ def _per_judge(judge_stats: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
     return per_judge
 
 
-def _call_metrics(samples: Sequence[Sample]) -> dict[str, Any]:
+def _call_metrics(samples: Sequence[Sample]) -> CallFigures:
     """Counts over every judge call of the run: replies, cache hits, parse failures, latency."""
     calls = [call for s in samples for call in s.calls]
     replies = [call for call in calls if call.get("reply") is not None]
@@ -128,7 +264,7 @@ def _call_metrics(samples: Sequence[Sample]) -> dict[str, Any]:
 
 def evaluate_cases(
     cases: Sequence[FixtureCase], samples: Sequence[Sample]
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[CaseRow], JudgeEvalMetrics]:
     """Per-case rows (for cases.jsonl) and the aggregate metrics (for report.json).
 
     A candidate's score is the mean of its scored repeats; candidates without one are left out
@@ -139,11 +275,11 @@ def evaluate_cases(
     for sample in samples:
         by_key.setdefault((sample.case_id, sample.candidate), []).append(sample)
 
-    rows: list[dict[str, Any]] = []
-    all_pairs: list[dict[str, Any]] = []
+    rows: list[CaseRow] = []
+    all_pairs: list[RankedPair] = []
     label_scores: dict[str, list[float]] = {label: [] for label in LABELS}
-    judge_stats: dict[str, dict[str, Any]] = {}
-    cand_all: list[dict[str, Any]] = []
+    judge_stats: dict[str, _JudgeTally] = {}
+    cand_all: list[CandidateRow] = []
     for case in cases:
         cand_rows = [
             _candidate_row(index, cand, sorted(by_key.get((case.id, index), []), key=lambda s: s.repeat))
@@ -181,7 +317,7 @@ def evaluate_cases(
             }
         )
 
-    by_pair: dict[str, dict[str, Any]] = {}
+    by_pair: dict[str, PairAccuracy] = {}
     for better_i, better in enumerate(LABELS):
         for worse in LABELS[better_i + 1 :]:
             key = f"{better}>{worse}"
@@ -189,7 +325,7 @@ def evaluate_cases(
             by_pair[key] = {"accuracy": _ordering(chosen), "n_pairs": len(chosen)}
     stds = [row["std"] for row in cand_all if row["std"] is not None]
     calls = _call_metrics(samples)
-    metrics = {
+    metrics: JudgeEvalMetrics = {
         "n_cases": len(cases),
         "n_candidates": sum(len(c.candidates) for c in cases),
         "n_samples": len(samples),
@@ -211,9 +347,7 @@ def evaluate_cases(
     return rows, metrics
 
 
-def prompt_set(
-    prompt_dir: str | None, cases: Sequence[FixtureCase], samples: Sequence[Sample]
-) -> dict[str, Any]:
+def prompt_set(prompt_dir: str | None, cases: Sequence[FixtureCase], samples: Sequence[Sample]) -> PromptSet:
     """Hashes of the rubric prompt files in use: per rubric, and one over the whole set.
 
     The set hash is what to compare between runs (and with training records): it changes when
@@ -229,10 +363,10 @@ def prompt_set(
 
 
 def check_thresholds(
-    metrics: dict[str, Any], min_ordering: float | None, max_parse_failure: float | None
-) -> dict[str, dict[str, Any]]:
+    metrics: JudgeEvalMetrics, min_ordering: float | None, max_parse_failure: float | None
+) -> dict[str, ThresholdGate]:
     """Each requested gate with its value and verdict; a metric that could not be computed fails."""
-    gates: dict[str, dict[str, Any]] = {}
+    gates: dict[str, ThresholdGate] = {}
     if min_ordering is not None:
         value = metrics["ordering_accuracy"]
         gates["min_ordering_accuracy"] = {

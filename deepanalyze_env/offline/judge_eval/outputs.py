@@ -6,19 +6,43 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from deepanalyze_env.offline.judge_eval.fixtures import LABELS
+from deepanalyze_env.offline.judge_eval.fixtures import LABELS, BadLineInfo
+from deepanalyze_env.offline.judge_eval.metrics import CaseRow, JudgeEvalMetrics, ThresholdGate
 from deepanalyze_env.offline.report import fmt
 
 log = logging.getLogger(__name__)
+
+
+class JudgeEvalReport(JudgeEvalMetrics):
+    """``report.json`` of a judge evaluation: the metrics, the judge, its prompts and the gates
+    (assembled by ``deepanalyze-rl judge-eval``)."""
+
+    prompt_hash: str
+    model: str
+    prompt_hashes: dict[str, str]
+    prompt_dir: str | None
+    backend: str
+    base_url: str | None
+    temperature: float
+    max_tokens: int
+    profile: str
+    repeats: int
+    fixtures: list[str]
+    n_bad_lines: int
+    bad_lines: list[BadLineInfo]
+    thresholds: dict[str, ThresholdGate]
+    passed: bool
+    elapsed_s: float
+    created_at: str
+
 
 MAX_MD_ROWS = 40  # longer tables in report.md are cut; cases.jsonl has every row
 
 # ---------------------------------------------------------------------------------- outputs
 
 
-def write_outputs(out: Path, report: dict[str, Any], rows: Sequence[dict[str, Any]]) -> None:
+def write_outputs(out: Path, report: JudgeEvalReport, rows: Sequence[CaseRow]) -> None:
     """``report.json``, ``cases.jsonl``, ``report.md`` and ``scores.png`` under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(
@@ -36,7 +60,7 @@ def _more(total: int) -> list[str]:
     return [f"\n… and {extra} more in cases.jsonl", ""] if extra > 0 else [""]
 
 
-def _per_judge_lines(report: dict[str, Any]) -> list[str]:
+def _per_judge_lines(report: JudgeEvalReport) -> list[str]:
     """The Per judge table and each multi-dimension judge's dimension means."""
     lines: list[str] = []
     lines += [
@@ -64,7 +88,7 @@ def _per_judge_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _problem_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+def _problem_lines(rows: Sequence[CaseRow]) -> list[str]:
     """Pairs the judge ranked out of label order, and samples that got no score."""
     lines: list[str] = []
     misordered = [(row["id"], pair) for row in rows for pair in row["pairs"] if pair["outcome"] < 1.0]
@@ -118,7 +142,7 @@ HOW_TO_READ = [
 ]
 
 
-def render_markdown(report: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
+def render_markdown(report: JudgeEvalReport, rows: Sequence[CaseRow]) -> str:
     """A human summary: headline numbers, gates, per judge, misordered pairs, failures, bad lines."""
     lines = [
         "# Judge evaluation",
@@ -166,7 +190,7 @@ def render_markdown(report: dict[str, Any], rows: Sequence[dict[str, Any]]) -> s
     return "\n".join(lines)
 
 
-def plot_scores(rows: Sequence[dict[str, Any]], path: Path) -> None:
+def plot_scores(rows: Sequence[CaseRow], path: Path) -> None:
     """One panel per judge: each candidate's score by label, with the label mean marked.
 
     Uses matplotlib's object API with the Agg canvas, so no global backend or pyplot state is

@@ -11,12 +11,13 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from deepanalyze_env.offline.judge_eval.fixtures import Candidate, FixtureCase, judge_function
 from rewards import RewardContext
 from rewards.aio import background_loop
 from rewards.judge import JudgeClient, JudgeError, JudgeParseError, JudgeSession
+from rewards.judge.session import JudgeCall
 from rewards.judge.transcript import Transcript, messages_from_rendered
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,9 @@ _EXECUTE_BLOCK = re.compile(r"(\n?<Execute>.*?</Execute>\n?)", re.DOTALL)
 # ---------------------------------------------------------------------------------- scoring
 
 
+SampleStatus = Literal["scored", "parse_error", "call_error", "error"]
+
+
 @dataclass
 class Sample:
     """One repeat of one candidate: the verdict, or why there is none."""
@@ -34,11 +38,11 @@ class Sample:
     case_id: str
     candidate: int
     repeat: int
-    status: str  # "scored" | "parse_error" | "call_error" | "error"
+    status: SampleStatus
     score: float | None = None  # in [0, 1]; the mean over dimensions for a multi-dimension judge
     dimensions: dict[str, float] | None = None
     error: str | None = None
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[JudgeCall] = field(default_factory=list)
 
 
 class RepeatSession(JudgeSession):
@@ -81,7 +85,7 @@ def candidate_context(case: FixtureCase, candidate: Candidate, session: JudgeSes
     outside the tags, read as the tools format reads a submitted answer.
     """
     text = candidate.text
-    messages: list[dict[str, Any]] = [{"role": "user", "content": case.question}]
+    messages: list[dict[str, str]] = [{"role": "user", "content": case.question}]
     if looks_like_trajectory(text):
         # The fixture's text is ours (observations rendered by the env's own executor), so its
         # <Execute> blocks are split back into observation messages: what an analysis judge is shown.
@@ -125,13 +129,13 @@ async def score_sample(
         sample.status, sample.error = "call_error", f"{type(exc).__name__}: {exc}"
     except Exception as exc:
         sample.status, sample.error = "error", f"{type(exc).__name__}: {exc}"
-    sample.calls = [dict(call) for call in session.calls]
+    sample.calls = [call.copy() for call in session.calls]
     if sample.error:
         log.info("%s candidate %d repeat %d: %s", case.id, index, repeat, sample.error)
     return sample
 
 
-def _normalise(value: Any) -> tuple[float, dict[str, float] | None]:
+def _normalise(value: Any) -> tuple[float, dict[str, float] | None]:  # a judge function's output
     if isinstance(value, dict):
         if not value:
             raise ValueError("the judge function returned an empty dict")

@@ -20,14 +20,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
+from deepanalyze_env.core.contracts import EpisodeRecord
 from deepanalyze_env.core.filters import RecordFilter
 from deepanalyze_env.core.records import load_run, read_records
 from deepanalyze_env.offline.rundir import KEPT_FILE, MANIFEST
-from deepanalyze_env.offline.stats import compute_stats, summary_rows
+from deepanalyze_env.offline.stats import ComponentMean, compute_stats, summary_rows
 from deepanalyze_env.offline.viewer.highlight import CLASSES
 from deepanalyze_env.offline.viewer.payload import INDEX_COLUMNS, Payload, script_json, suspect_of
 
@@ -59,7 +60,7 @@ class ViewReport:
 
 
 def _kept_ids(
-    run: Path, records: Sequence[dict[str, Any]], keep: str | None
+    run: Path, records: Sequence[EpisodeRecord], keep: str | None
 ) -> tuple[set[str] | None, str | None]:
     """Which episodes count as kept: ``--keep`` if given, else the run's kept.jsonl, else its
     manifest's ``keep`` expression; ``None`` when the run says nothing about keeping."""
@@ -77,7 +78,32 @@ def _kept_ids(
     return None, None
 
 
-def reward_histogram(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+class Histogram(TypedDict):
+    """The scored rewards binned: ``HISTOGRAM_BINS`` counts between their edges (empty when none)."""
+
+    edges: list[float]
+    counts: list[int]
+
+
+class PageMeta(TypedDict):
+    """The page's summary data (``{{META}}``): sources, the stats rows and counts, the histogram."""
+
+    title: str
+    sources: list[str]
+    generated: str
+    kept_source: str | None
+    duplicates: int
+    summary: list[tuple[str, str]]
+    components: dict[str, ComponentMean]
+    status_counts: dict[str, int]
+    termination_counts: dict[str, int]
+    episodes: int
+    suspects: int
+    histogram: Histogram
+    highlight_classes: list[str]
+
+
+def reward_histogram(records: Sequence[EpisodeRecord]) -> Histogram:
     rewards = [float(r["reward"]) for r in records if r.get("reward_status") == "scored"]
     if not rewards:
         return {"edges": [], "counts": []}
@@ -92,7 +118,7 @@ def _csp_hash(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode() + "'"
 
 
-def render_page(title: str, meta: dict[str, Any], payload: Payload) -> str:
+def render_page(title: str, meta: PageMeta, payload: Payload) -> str:
     """The HTML text: template + inlined css/js + data elements."""
     template = (HERE / "template.html").read_text(encoding="utf-8")
     css = (HERE / "viewer.css").read_text(encoding="utf-8")
@@ -136,14 +162,14 @@ def build_view(
     (``core/hacking.py``) come first, each group in run order: they are what to read first.
     """
     payload = Payload()
-    all_records: list[dict[str, Any]] = []
+    all_records: list[EpisodeRecord] = []
     source_names: list[str] = []
     kept_sources: list[str] = []
     record_bytes = 0
     seen: set[str] = set()
     duplicates = 0
     runs = [(Path(source), load_run(Path(source), rescored=rescored)) for source in sources]
-    shown: list[tuple[dict[str, Any], bool | None, int, list[str]]] = []
+    shown: list[tuple[EpisodeRecord, bool | None, int, list[str]]] = []
     for s, (path, run) in enumerate(runs):
         kept, kept_source = _kept_ids(path, run.records, keep)
         if kept_source:
@@ -168,7 +194,7 @@ def build_view(
     if not all_records:
         raise ViewError(f"{', '.join(map(str, sources))}: no episode records")
     stats = compute_stats(all_records)
-    meta = {
+    meta: PageMeta = {
         "title": ", ".join(source_names),
         "sources": source_names,
         "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

@@ -15,8 +15,9 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Literal, TypedDict
 
+from deepanalyze_env.core.contracts import AgentTrace, EpisodeRecord, JsonValue
 from deepanalyze_env.core.filters import DERIVED
 from deepanalyze_env.core.hacking import Watched, suspect_reasons
 from deepanalyze_env.core.tool_calls import SUBMIT_ANSWER, assistant_text
@@ -96,12 +97,12 @@ def join_segments(segs: Sequence[Segment]) -> str:
     return "".join(parts)
 
 
-def family(record: dict[str, Any]) -> str:
+def family(record: EpisodeRecord) -> str:
     """A task's family: the data workspace it runs on (tasks sharing data are one family)."""
     return str(record.get("workspace_id") or "–")
 
 
-def _final_answer(record: dict[str, Any]) -> str:
+def _final_answer(record: EpisodeRecord) -> str:
     for message in reversed(record.get("messages") or []):
         if message.get("role") == "assistant":
             for call in message.get("tool_calls") or []:  # the tools format: submit_answer's argument
@@ -116,7 +117,7 @@ def _final_answer(record: dict[str, Any]) -> str:
     return ""
 
 
-def suspect_of(record: dict[str, Any]) -> list[str]:
+def suspect_of(record: EpisodeRecord) -> list[str]:
     """Why the reward-hacking watch flags the episode (empty when it does not), computed from the
     record itself, so runs recorded before the watch existed are watched too."""
     try:
@@ -126,25 +127,46 @@ def suspect_of(record: dict[str, Any]) -> list[str]:
         return []
 
 
-def _excerpt(text: Any) -> str:
+def _excerpt(text: object) -> str:
     text = " ".join(str(text or "").split())
     return text[:EXCERPT]
 
 
 WeightSource = Literal["plan", "recomputed", "unknown"]
+IndexRow = list[JsonValue]  # one episode's values, in INDEX_COLUMNS order
+
+
+class ModelCallView(TypedDict):
+    """One model call of an outside agent as the page shows it."""
+
+    status: JsonValue
+    latency_ms: JsonValue
+    finish_reason: JsonValue
+    said: str  # the reply's text and tool calls
+
+
+class AgentView(TypedDict):
+    """An outside agent's run as the page shows it (:func:`agent_view`)."""
+
+    command: str
+    exit_code: int | None
+    seconds: float
+    stderr_tail: str
+    model_calls: list[ModelCallView]
 
 
 @dataclass
 class Payload:
     """Everything the page embeds, built record by record."""
 
-    index: list[list[Any]] = field(default_factory=list)
+    index: list[IndexRow] = field(default_factory=list)
     bodies: list[str] = field(default_factory=list)  # JSON text, one per episode
-    shared: list[Any] = field(default_factory=list)  # versions manifests and judge settings, once each
+    shared: list[object] = field(default_factory=list)  # versions manifests and judge settings, once each
     _shared_ids: dict[str, int] = field(default_factory=dict)
     _weights: dict[str, tuple[dict[str, float] | None, str | None]] = field(default_factory=dict)
 
-    def share(self, value: Any) -> int | None:
+    def share(self, value: object) -> int | None:
+        """The number of ``value`` in :attr:`shared` (added the first time); None for None."""
         if value is None:
             return None
         key = json.dumps(value, sort_keys=True, default=str)
@@ -153,7 +175,7 @@ class Payload:
             self.shared.append(value)
         return self._shared_ids[key]
 
-    def weights(self, record: dict[str, Any]) -> tuple[dict[str, float] | None, WeightSource]:
+    def weights(self, record: EpisodeRecord) -> tuple[dict[str, float] | None, WeightSource]:
         """Component weights, from the reward plan the record names (rebuilt from its reward_spec).
 
         Records carry the plan's fingerprint, not its weights; the plan is rebuilt with this
@@ -184,7 +206,7 @@ class Payload:
         return weights, "plan" if fingerprint == versions.get("reward_plan") else "recomputed"
 
     def add(
-        self, record: dict[str, Any], *, kept: bool | None, source: int, suspect: list[str] | None = None
+        self, record: EpisodeRecord, *, kept: bool | None, source: int, suspect: list[str] | None = None
     ) -> None:
         """Index row and body of one episode; ``suspect``: its watch reasons when already known."""
         suspect = suspect_of(record) if suspect is None else suspect
@@ -261,7 +283,7 @@ class Payload:
         self.bodies.append(script_json(body))
 
 
-def agent_view(agent: Any) -> dict[str, Any] | None:
+def agent_view(agent: AgentTrace | None) -> AgentView | None:
     """An outside agent's trace (``collect``) as the page shows it: the run, and per model call
     its status, latency and what the model answered (requests left out: they repeat the
     conversation the page already shows)."""
@@ -294,7 +316,7 @@ def agent_view(agent: Any) -> dict[str, Any] | None:
     }
 
 
-def script_json(value: Any) -> str:
+def script_json(value: object) -> str:
     """JSON that is safe inside a ``<script type="application/json">`` element.
 
     ``<`` is written as ``\\u003c`` so no string in the data can close the element (``</script>``)

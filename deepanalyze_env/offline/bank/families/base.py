@@ -10,12 +10,11 @@ the frame; the answer itself only ever comes from running the reference program 
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from deepanalyze_env.offline.bank.sources import TableSpec
 from deepanalyze_env.offline.bank.workspaces import Workspace
@@ -54,6 +53,15 @@ class Cell:
     code: str
 
 
+class Difficulty(TypedDict):
+    """A bank task's difficulty: its level (from the reference's operation count), its code
+    cells and the operations themselves."""
+
+    level: Literal["easy", "medium", "hard"]
+    cells: int
+    operations: list[str]
+
+
 @dataclass
 class Draft:
     """A candidate task before the quality gate: its instruction, answer format and reference program;
@@ -72,10 +80,10 @@ class Draft:
     key: str = ""  # what makes the draft unique within its family and table (for ids)
 
     @property
-    def difficulty(self) -> dict[str, Any]:
+    def difficulty(self) -> Difficulty:
         ops = len(self.operations)
         level = "easy" if ops <= 2 else "medium" if ops <= 4 else "hard"
-        return {"level": level, "cells": len(self.cells), "operations": list(self.operations)}
+        return Difficulty(level=level, cells=len(self.cells), operations=list(self.operations))
 
 
 @dataclass
@@ -280,10 +288,6 @@ def nice_threshold(value: float) -> float:
 
 def num_text(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-def as_json(value: Any) -> str:
-    return json.dumps(value)
 
 
 CHECK_RATE = 0.35
