@@ -11,7 +11,7 @@ A policy maps the conversation so far to the next assistant turn. Three kinds:
 
 Policies are called from several threads at once (``--concurrency``); each keeps its own
 thread-safety (the HTTP client is thread-safe; a local model batches the waiting turns into one
-round of the KV-cache engine, ``core/generation.py``).
+round of the KV-cache engine, ``generation/engine.py``).
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ class TransformersPolicy:
     Concurrent episodes share the model through one batched round: the first waiting turn
     leads, collects up to ``max_batch`` turns (waiting at most ``batch_wait_s`` for the other
     episodes' code cells to finish) and generates them together. With ``kv_cache`` (the default)
-    the round goes through :class:`~deepanalyze_env.core.generation.GenerationEngine`, which
+    the round goes through :class:`~deepanalyze_env.generation.engine.GenerationEngine`, which
     keeps each episode's keys and values across its turns (a turn prefills only the new
     observation) and seeds each sampled turn by its own (episode, turn) seed, so a resumed sampled
     run draws what the uninterrupted one drew whatever the batching (up to float rounding).
@@ -282,7 +282,7 @@ class TransformersPolicy:
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as exc:
             raise ConfigError(f"--policy transformers needs the trl extra: pip install -e '.[trl]' ({exc})")
-        from deepanalyze_env.core.models import resolve_model
+        from deepanalyze_env.generation.models import resolve_model
 
         try:
             path = resolve_model(self.model)
@@ -297,7 +297,7 @@ class TransformersPolicy:
             raise ConfigError(f"--policy-model {self.model}: cannot load the model: {exc}")
         self._model.eval()
         self.device = device
-        from deepanalyze_env.core.generation import GenerationEngine
+        from deepanalyze_env.generation.engine import GenerationEngine
 
         eos = self._model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos if eos is not None else self._tok.eos_token_id]
@@ -318,10 +318,10 @@ class TransformersPolicy:
         return f"transformers:{self.model}"
 
     def _prompt_ids(self, ctx: TurnContext) -> list[int]:
-        from deepanalyze_env.core.tokens import plain_token_ids, prompt_token_ids
+        from deepanalyze_env.generation.tokens import plain_token_ids, prompt_token_ids
 
         if self.action_format == "tools":
-            from deepanalyze_env.core.tokens import tool_episode_ids, tool_prompt_ids
+            from deepanalyze_env.generation.tokens import tool_episode_ids, tool_prompt_ids
 
             kwargs = self.chat_template_kwargs
             ids = tool_prompt_ids(self._tok, ctx.messages[: ctx.prompt_len], **kwargs)
@@ -376,7 +376,7 @@ class TransformersPolicy:
     def _generate_cached(self, batch: list[_Request]) -> None:
         import torch
 
-        from deepanalyze_env.core.generation import GenRequest
+        from deepanalyze_env.generation.engine import GenRequest
 
         started = time.monotonic()
         try:

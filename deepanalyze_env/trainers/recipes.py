@@ -70,7 +70,7 @@ class Recipe:
         """The template's text, or None when the recipe keeps the model's own."""
         if self.chat_template is None:
             return None
-        from deepanalyze_env.core.models import chat_template_text
+        from deepanalyze_env.generation.chat_templates import chat_template_text
 
         base = Path(self.source).parent if self.source else None
         return chat_template_text(self.chat_template, base, f"{self.source}: chat_template")

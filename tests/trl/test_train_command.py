@@ -143,7 +143,7 @@ def test_a_bad_recipe_leaves_no_output_folder(tmp_path, capsys, change, message)
 def test_recipe_chat_template_kwargs_reach_the_episode_prompt(fresh_smollm2_tokenizer, workspace_root):
     from types import SimpleNamespace
 
-    from deepanalyze_env.trainers.trl.rollout import DeepAnalyzeRollout, trl_prompt
+    from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, trl_prompt
     from deepanalyze_env.trainers.trl.turns import Generated
     from tests.conftest import qa_extras
 

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deepanalyze_env.core.models import CACHE_ENV, cache_dir
+from deepanalyze_env.generation.models import CACHE_ENV, cache_dir
 from deepanalyze_env.offline.bank import BankError
 from deepanalyze_env.offline.bank.families import FAMILIES, Draft, FamilyContext
 from deepanalyze_env.offline.bank.quality import judge, reward_spec, run_programs, summarise

@@ -37,7 +37,7 @@ from deepanalyze_env.core.config import EnvConfig, to_plain
 from deepanalyze_env.core.contracts import FinalMetadata
 from deepanalyze_env.core.env import DeepAnalyzeEnv, load_system_prompt
 from deepanalyze_env.core.tool_calls import ParsedTurn, ToolCall, check_call
-from deepanalyze_env.trainers.trl.rollout import log_episode_metrics
+from deepanalyze_env.trainers.trl.rollout_func import log_episode_metrics
 
 log = logging.getLogger(__name__)
 

@@ -85,10 +85,10 @@ def run_check(
     from datasets import Dataset
     from transformers import AutoTokenizer
 
-    from deepanalyze_env.core.models import resolve_model
+    from deepanalyze_env.generation.models import resolve_model
     from deepanalyze_env.trainers.recipes import load_recipe
     from deepanalyze_env.trainers.trl.policy import load_trainable
-    from deepanalyze_env.trainers.trl.rollout import environment_reward
+    from deepanalyze_env.trainers.trl.rollout_func import environment_reward
     from deepanalyze_env.trainers.trl.train import _grpo_config
 
     recipe = load_recipe(recipe_path, overrides)

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from deepanalyze_env.core.config import ConfigError
 from deepanalyze_env.core.filters import FilterError
-from deepanalyze_env.core.models import resolve_model
+from deepanalyze_env.generation.models import resolve_model
 from deepanalyze_env.trainers.recipes import Recipe
 from deepanalyze_env.trainers.trl.policy import load_trainable
 from deepanalyze_env.trainers.trl.progress import quiet_console

@@ -2,7 +2,7 @@
 
 A record (docs/design.md §9) holds the prompt messages the env built (system prompt included),
 then the policy's turns with the ``<Execute>`` observations between them. It is rendered as the
-TRL rollout (:mod:`deepanalyze_env.trainers.trl.rollout`) renders a live episode: the prompt through the
+TRL rollout (:mod:`deepanalyze_env.trainers.trl.rollout_func`) renders a live episode: the prompt through the
 chat template with the generation prompt, then one completion made of each policy turn's tokens
 and each observation's tokens, both as plain text (no special-token parsing) and piece by
 piece, and the closing EOS of a finished episode. Only policy tokens carry loss; the prompt,
@@ -30,9 +30,14 @@ from typing import Any
 from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.filters import RecordFilter
 from deepanalyze_env.core.records import load_run, own_turn_indices
-from deepanalyze_env.core.tag_tokens import token_rules
-from deepanalyze_env.core.tokens import prompt_token_ids, text_token_ids, tool_episode_ids, tool_prompt_ids
-from deepanalyze_env.trainers.trl.rollout import encode_observation
+from deepanalyze_env.generation.tag_tokens import token_rules
+from deepanalyze_env.generation.tokens import (
+    prompt_token_ids,
+    text_token_ids,
+    tool_episode_ids,
+    tool_prompt_ids,
+)
+from deepanalyze_env.trainers.trl.rollout_func import encode_observation
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +120,7 @@ def render_tool_record(
     tokenizer: Any, record: dict[str, Any], template_kwargs: dict[str, Any] | None = None
 ) -> RenderedEpisode:
     """A tools-format record as TRL's ``environment_factory`` path lays it out
-    (``core.tokens.tool_prompt_ids`` / ``tool_episode_ids``): the prompt with the tools' schemas;
+    (``generation.tokens.tool_prompt_ids`` / ``tool_episode_ids``): the prompt with the tools' schemas;
     each policy turn as the text the model writes plus its end-of-message token, with loss; the
     tool results between turns as the template frames them, without loss. Results after the last
     turn are dropped (nothing trains on them)."""

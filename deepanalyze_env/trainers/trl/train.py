@@ -19,21 +19,21 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from deepanalyze_env.core import protocol, tool_calls
+from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.config import ConfigError, EnvConfig
 from deepanalyze_env.core.hacking import summarize
 from deepanalyze_env.core.memory import PeakFigures, PeakWatch, gib
-from deepanalyze_env.core.models import resolve_model
 from deepanalyze_env.core.records import load_run, write_jsonl_atomic
 from deepanalyze_env.core.row_check import BadRowsError, check_rows
-from deepanalyze_env.core.tag_tokens import token_rules
 from deepanalyze_env.core.tasks import load_rows, with_task_ids
+from deepanalyze_env.generation.models import load_tokenizer, resolve_model
+from deepanalyze_env.generation.turn_end import turn_stops
 from deepanalyze_env.trainers.curriculum import SuccessRateCurriculum
 from deepanalyze_env.trainers.recipes import Recipe
 from deepanalyze_env.trainers.trl.budgets import CUT_TARGET, BudgetFit, measure_budgets
 from deepanalyze_env.trainers.trl.policy import load_trainable
 from deepanalyze_env.trainers.trl.progress import quiet_console
-from deepanalyze_env.trainers.trl.rollout import (
+from deepanalyze_env.trainers.trl.rollout_func import (
     DeepAnalyzeRollout,
     RolloutStats,
     environment_reward,
@@ -85,7 +85,7 @@ def _grpo_config(recipe: Recipe, out: Path, cuda: bool):
                 f"{recipe.source}: trl.generation_kwargs.max_tokens would override every turn's cap; "
                 "set rollout.max_turn_tokens (per turn) and trl.max_completion_length (per episode)"
             )
-        gen.setdefault("stop", list(protocol.STOP_TAGS))
+        gen.setdefault("stop", list(turn_stops().strings))
         gen.setdefault("include_stop_str_in_output", True)
         args["generation_kwargs"] = gen
     try:
@@ -98,10 +98,10 @@ def add_stop_token_ids(config: Any, tokenizer: Any) -> None:
     """Closing tags that are special tokens (DeepAnalyze's tokenizer) end a vLLM turn by id: vLLM
     matches stop strings against text that skips special tokens, so ``</Code>`` would never fire.
     Raises ValueError for a tokenizer whose stop tags cannot end a turn at all."""
-    rules = token_rules(tokenizer)
-    if getattr(config, "use_vllm", False) and rules.stop_ids:
+    stop_ids = turn_stops(tokenizer).token_ids
+    if getattr(config, "use_vllm", False) and stop_ids:
         gen = dict(config.generation_kwargs or {})
-        gen["stop_token_ids"] = list(dict.fromkeys([*(gen.get("stop_token_ids") or []), *rules.stop_ids]))
+        gen["stop_token_ids"] = list(dict.fromkeys([*(gen.get("stop_token_ids") or []), *stop_ids]))
         config.generation_kwargs = gen
 
 
@@ -319,7 +319,6 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
         import torch
         import trl
         from datasets import Dataset
-        from transformers import AutoTokenizer
 
         from deepanalyze_env.trainers.trl.curriculum_sampler import curriculum_trainer_class
     except ImportError as exc:
@@ -342,7 +341,7 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
     bad, checked = check_rows(((", ".join(recipe.data), i, row) for i, row in enumerate(rows)), env)
     if bad:  # every bad row at once, before any model is loaded
         raise BadRowsError(bad, checked)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(recipe.model, where=recipe.source)
     template = recipe.chat_template_text()
     if template is not None:
         tokenizer.chat_template = template
