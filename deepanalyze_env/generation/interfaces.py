@@ -25,6 +25,7 @@ class Tokenizer(Protocol):
     eos_token: str | None
     pad_token: str | None
     chat_template: str | None
+    all_special_ids: list[int]
 
     def __len__(self) -> int: ...
 

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+
+from deepanalyze_env.core.contracts import JsonObject
+from deepanalyze_env.generation.interfaces import Tokenizer
 
 
-def prompt_token_ids(tokenizer: Any, messages: list[dict[str, Any]], **template_kwargs: Any) -> list[int]:
+def prompt_token_ids(
+    tokenizer: Tokenizer, messages: list[JsonObject], **template_kwargs: object
+) -> list[int]:
     """The prompt as every trainer sees it: the chat template with the generation prompt."""
     ids = tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, **template_kwargs
@@ -23,13 +27,13 @@ def prompt_token_ids(tokenizer: Any, messages: list[dict[str, Any]], **template_
     return list(ids)
 
 
-def plain_token_ids(tokenizer: Any, text: str) -> list[int]:
+def plain_token_ids(tokenizer: Tokenizer, text: str) -> list[int]:
     """Text as plain tokens: a cell that prints a special token's text (``<|im_end|>``) must not
     inject that token into the sequence (observations here; recorded turns in SFT)."""
     return list(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
 
 
-def text_token_ids(tokenizer: Any, text: str, special_tags: Iterable[str] = ()) -> list[int]:
+def text_token_ids(tokenizer: Tokenizer, text: str, special_tags: Iterable[str] = ()) -> list[int]:
     """Text as plain tokens, except ``special_tags`` (protocol tags that are special tokens in
     this tokenizer, e.g. DeepAnalyze's ``<Code>``), which become their single ids — what a policy
     that sampled them produced. Everything else stays text, as :func:`plain_token_ids`."""
@@ -57,7 +61,7 @@ def text_token_ids(tokenizer: Any, text: str, special_tags: Iterable[str] = ()) 
 _TRAINING_TEMPLATES: dict[tuple[int, str], str | None] = {}  # (tokenizer, its template) -> answer
 
 
-def training_template(tokenizer: Any) -> str | None:
+def training_template(tokenizer: Tokenizer) -> str | None:
     """The template ``GRPOTrainer`` renders tool conversations with: the tokenizer's own when it
     is prefix-preserving (a later message never changes how earlier ones render), else TRL's
     training variant of it (Qwen3's own template drops the reasoning of earlier turns). Decided
@@ -74,7 +78,7 @@ def training_template(tokenizer: Any) -> str | None:
     return _TRAINING_TEMPLATES[key]
 
 
-def tool_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]], **template_kwargs: Any) -> list[int]:
+def tool_prompt_ids(tokenizer: Tokenizer, messages: list[JsonObject], **template_kwargs: object) -> list[int]:
     """The prompt of a tools-format episode: the chat template with the two tools' schemas and
     the generation prompt."""
     from deepanalyze_env.core.tool_calls import tool_schemas
@@ -84,7 +88,7 @@ def tool_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]], **template_k
     return list(tokenizer.apply_chat_template(messages, **options))
 
 
-def tool_turn_ids(tokenizer: Any, message: dict[str, Any]) -> list[int]:
+def tool_turn_ids(tokenizer: Tokenizer, message: JsonObject) -> list[int]:
     """A recorded policy turn of the tools format as the ids the model samples: its free text and
     hermes call, then its end-of-message token."""
     from deepanalyze_env.core.tool_calls import assistant_text
@@ -92,7 +96,7 @@ def tool_turn_ids(tokenizer: Any, message: dict[str, Any]) -> list[int]:
     return [*tokenizer.encode(assistant_text(message), add_special_tokens=False), tokenizer.eos_token_id]
 
 
-def tool_suffix_ids(tokenizer: Any, results: list[dict[str, Any]], **template_kwargs: Any) -> list[int]:
+def tool_suffix_ids(tokenizer: Tokenizer, results: list[JsonObject], **template_kwargs: object) -> list[int]:
     """The tokens the chat template puts between a turn's end-of-message token and the next turn:
     the tool results and the next generation prompt (rendered after a stand-in call, the part
     after its end token). Raises ValueError for a template that renders the call differently once
@@ -115,13 +119,13 @@ def tool_suffix_ids(tokenizer: Any, results: list[dict[str, Any]], **template_kw
 
 
 def tool_episode_ids(
-    tokenizer: Any, episode: list[dict[str, Any]], **template_kwargs: Any
+    tokenizer: Tokenizer, episode: list[JsonObject], **template_kwargs: object
 ) -> list[tuple[list[int], int]]:
     """The ids after the prompt of a tools-format episode, as (ids, 1 for policy tokens / 0 for
     the rest) pieces: each turn, then the tool results before the next one (results after the
     last turn are left out: nothing follows them)."""
     pieces: list[tuple[list[int], int]] = []
-    results: list[dict[str, Any]] = []
+    results: list[JsonObject] = []
     for message in episode:
         if message.get("role") != "assistant":
             results.append(message)

@@ -39,7 +39,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypedDict, cast
+from typing import NotRequired, TypedDict, cast
 
 from deepanalyze_env.core.contracts import FinalMetadata, JsonObject, RewardStatus, Termination, trainable
 from deepanalyze_env.core.env import DeepAnalyzeEnv
@@ -212,12 +212,12 @@ class RolloutOutput(TypedDict):
     prompt_ids: list[list[int]]
     completion_ids: list[list[int]]
     logprobs: list[list[float]] | None
-    env_mask: list[list[int]]
+    env_mask: NotRequired[list[list[int]]]
     env_reward: list[float | None]
     reward_components: list[dict[str, float]]
     reward_status: list[RewardStatus]
     termination: list[Termination]
-    episode_id: list[str]
+    episode_id: NotRequired[list[str]]
 
 
 MetricLogger = Callable[[str, float], None]

@@ -13,19 +13,22 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from rich.console import Console
 from rich.table import Table
 
 from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.config import ConfigError, EnvConfig
-from deepanalyze_env.core.hacking import summarize
+from deepanalyze_env.core.contracts import JsonObject
+from deepanalyze_env.core.hacking import SuspectSummary, summarize
 from deepanalyze_env.core.memory import PeakFigures, PeakWatch, gib
 from deepanalyze_env.core.records import load_run, write_jsonl_atomic
 from deepanalyze_env.core.row_check import BadRowsError, check_rows
 from deepanalyze_env.core.tasks import load_rows, with_task_ids
+from deepanalyze_env.generation.interfaces import Tokenizer
 from deepanalyze_env.generation.models import load_tokenizer, resolve_model
 from deepanalyze_env.generation.turn_end import turn_stops
 from deepanalyze_env.trainers.curriculum import SuccessRateCurriculum
@@ -41,15 +44,63 @@ from deepanalyze_env.trainers.trl.rollout_func import (
 )
 from deepanalyze_env.trainers.trl.sft_data import load_records
 
+if TYPE_CHECKING:
+    from transformers import Trainer
+    from trl import GRPOConfig
+
 log = logging.getLogger(__name__)
 console = Console()
 
+TrainerLogs = dict[str, float]
+"""What ``Trainer.log`` hands its callbacks for a step: TRL's scalars by name."""
 
-def _judge_defaults(env: dict[str, Any], policy_dir: str) -> None:
+
+class StepTime(TypedDict):
+    """Where a step's wall time went (seconds)."""
+
+    step_s: float
+    rollout_s: float
+    generate_s: float
+    env_s: float
+    scoring_s: float
+    update_s: float  # the rest of the step: log-probs, loss, backward and the optimizer step
+
+
+class StepTeach(TypedDict):
+    """Whether the step could teach."""
+
+    episodes_trained: int
+    length_cut: int
+    groups: int
+    zero_variance_groups: int
+    loss_nonzero: bool | None  # None: the step logged no loss
+
+
+class StepLine(TypedDict):
+    """One line of ``metrics.jsonl`` (docs/design.md §11)."""
+
+    step: int
+    reward_mean: float | None
+    reward_std: float | None
+    components: dict[str, float]
+    status_counts: dict[str, int]
+    termination_counts: dict[str, int]
+    episodes: int
+    rollout_seconds: float
+    elapsed_seconds: float
+    time: StepTime
+    teach: StepTeach
+    trainer: dict[str, float]
+    suspect: SuspectSummary
+    memory: NotRequired[dict[str, PeakFigures]]
+    curriculum: NotRequired[dict[str, object]]  # SuccessRateCurriculum.drain()
+
+
+def _judge_defaults(env: JsonObject, policy_dir: str) -> None:
     """``judge.model: policy`` (or none) on the transformers backend means the policy's weights;
     a ``judge.base_url`` given on the command line switches the backend to ``openai``."""
     judge = env.get("judge")
-    if not judge:
+    if not judge or not isinstance(judge, dict):  # a mapping: the recipe's env passed EnvConfig
         return
     if judge.get("base_url") and judge.get("backend") in (None, "transformers"):
         judge["backend"] = "openai"
@@ -57,7 +108,7 @@ def _judge_defaults(env: dict[str, Any], policy_dir: str) -> None:
         judge["model"] = policy_dir
 
 
-def trainer_args(recipe: Recipe, out: Path, cuda: bool) -> dict[str, Any]:
+def trainer_args(recipe: Recipe, out: Path, cuda: bool) -> JsonObject:
     """The recipe's ``trl:`` section with the defaults every TRL backend applies (GRPO and SFT):
     CPU without bf16 when there is no GPU, no external loggers, a log line per step, no
     intermediate checkpoints (the final model is saved in ``output_dir``)."""
@@ -73,7 +124,7 @@ def trainer_args(recipe: Recipe, out: Path, cuda: bool) -> dict[str, Any]:
     return args
 
 
-def _grpo_config(recipe: Recipe, out: Path, cuda: bool):
+def _grpo_config(recipe: Recipe, out: Path, cuda: bool) -> GRPOConfig:
     import trl
 
     args = trainer_args(recipe, out, cuda)
@@ -94,7 +145,7 @@ def _grpo_config(recipe: Recipe, out: Path, cuda: bool):
         raise ConfigError(f"{recipe.source}: bad trl setting: {exc}")
 
 
-def add_stop_token_ids(config: Any, tokenizer: Any) -> None:
+def add_stop_token_ids(config: GRPOConfig, tokenizer: Tokenizer) -> None:
     """Closing tags that are special tokens (DeepAnalyze's tokenizer) end a vLLM turn by id: vLLM
     matches stop strings against text that skips special tokens, so ``</Code>`` would never fire.
     Raises ValueError for a tokenizer whose stop tags cannot end a turn at all."""
@@ -105,7 +156,7 @@ def add_stop_token_ids(config: Any, tokenizer: Any) -> None:
         config.generation_kwargs = gen
 
 
-def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any], line: dict[str, Any]) -> Table:
+def _step_table(step: int, stats: RolloutStats, logs: TrainerLogs, line: StepLine) -> Table:
     table = Table(
         title=f"step {step}: {stats.episodes} episodes in {stats.seconds:.1f}s", title_justify="left"
     )
@@ -155,8 +206,8 @@ def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any], line: dict
 
 
 def step_line(
-    step: int, stats: RolloutStats, logs: dict[str, Any], step_seconds: float, elapsed: float
-) -> dict[str, Any]:
+    step: int, stats: RolloutStats, logs: TrainerLogs, step_seconds: float, elapsed: float
+) -> StepLine:
     """One ``metrics.jsonl`` line: rewards and counts, where the step's time went, and whether it
     could teach (trained episodes, length cuts, zero-variance groups, a non-zero loss)."""
     rewards = stats.rewards
@@ -194,7 +245,7 @@ def step_line(
     }
 
 
-def build_curriculum(recipe: Recipe, rows: list[dict[str, Any]], seed: int) -> SuccessRateCurriculum | None:
+def build_curriculum(recipe: Recipe, rows: list[JsonObject], seed: int) -> SuccessRateCurriculum | None:
     """The recipe's curriculum over the rows in dataset order, seeded from earlier records."""
     config = recipe.curriculum
     if config is None:
@@ -287,7 +338,7 @@ def plot_reward_curves(metrics_path: Path, png_path: Path) -> None:
     plt.close(fig)
 
 
-def budget_check(recipe: Recipe, tokenizer: Any, max_completion_length: int) -> BudgetFit | None:
+def budget_check(recipe: Recipe, tokenizer: Tokenizer, max_completion_length: int) -> BudgetFit | None:
     """``rollout.budget_check``: measure those records against the run's budgets and say what
     would be cut (a warning past ``CUT_TARGET``, never a refusal: the user may mean it)."""
     source = recipe.rollout.get("budget_check")
@@ -332,7 +383,7 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
     own_records = not env_config.get("records_dir")
     if own_records:
         env_config["records_dir"] = str(out / "records")
-    records_dir = Path(env_config["records_dir"])
+    records_dir = Path(str(env_config["records_dir"]))
     _judge_defaults(env_config, model_dir)
     rows = with_task_ids(load_rows(recipe.data, env_config.get("workspace_root")))
     if not rows:
@@ -400,10 +451,10 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
 def train_with_tools(
     recipe: Recipe,
     check: bool,
-    config: Any,
-    rows: list[dict[str, Any]],
-    env_config: dict[str, Any],
-    tokenizer: Any,
+    config: GRPOConfig,
+    rows: list[JsonObject],
+    env_config: JsonObject,
+    tokenizer: Tokenizer,
     checked: int,
     own_records: bool,
 ) -> int:
@@ -460,7 +511,7 @@ def train_with_tools(
         processing_class=tokenizer,
         environment_factory=factory,
     )
-    records_dir = Path(env_config["records_dir"])
+    records_dir = Path(str(env_config["records_dir"]))
     return _train_and_save(trainer, tokenizer, out, records_dir, before_records=factory.close)
 
 
@@ -474,7 +525,11 @@ def _clean_output(out: Path, own_records: bool) -> None:
 
 
 def _train_and_save(
-    trainer: Any, tokenizer: Any, out: Path, records_dir: Path, before_records: Any = None
+    trainer: Trainer,
+    tokenizer: Tokenizer,
+    out: Path,
+    records_dir: Path,
+    before_records: Callable[[], None] | None = None,
 ) -> int:
     quiet_console(trainer, console, "GRPO")
     trainer.train()
