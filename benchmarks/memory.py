@@ -15,7 +15,7 @@ point keeps points independent):
   run in a memory cgroup capped at ``--before-cap-gib`` so a point that would exhaust the machine
   is recorded as "> cap" instead of taking the host down (needs root and cgroup v1; skipped
   otherwise).
-- **generation round**: the KV-cache engine (``core/generation.py``) generating ``batch`` rows of
+- **generation round**: the KV-cache engine (``generation/engine.py``) generating ``batch`` rows of
   ``length`` tokens from 300-token prompts in one call (EOS and stop tags off, so every row runs
   to its cap), its peak resident set beside the model's.
 
@@ -108,9 +108,9 @@ def generation_measure(length: int, batch: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from deepanalyze_env.core.generation import GenerationEngine, GenRequest
     from deepanalyze_env.core.memory import own_hwm, reset_own_hwm, return_freed_buffers
-    from deepanalyze_env.core.models import resolve_model
+    from deepanalyze_env.generation.engine import GenerationEngine, GenRequest
+    from deepanalyze_env.generation.models import resolve_model
 
     return_freed_buffers()
     path = resolve_model("embedded:smollm2")

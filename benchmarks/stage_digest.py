@@ -15,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from deepanalyze_env.core.models import embedded_gguf, resolve_model  # noqa: E402
+from deepanalyze_env.generation.models import embedded_gguf, resolve_model  # noqa: E402
 from deepanalyze_env.learn import content_digest  # noqa: E402
 
 

@@ -204,7 +204,8 @@ def test_embedded_model_is_evaluated_in_the_tools_format(tmp_path: Path, workspa
     # the prompt the policy saw carried the tools' schemas: longer than the same messages without them
     from transformers import AutoTokenizer
 
-    from deepanalyze_env.core.models import chat_template_text, resolve_model
+    from deepanalyze_env.generation.chat_templates import chat_template_text
+    from deepanalyze_env.generation.models import resolve_model
 
     tok = AutoTokenizer.from_pretrained(resolve_model("embedded:smollm2"))
     tok.chat_template = chat_template_text("trl:qwen3")

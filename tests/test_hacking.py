@@ -234,7 +234,7 @@ def test_the_env_and_its_record_give_the_same_verdict(workspace_root, action_for
 
 def test_the_trl_step_line_counts_the_rollouts_suspects(tiny_tokenizer, workspace_root):
     pytest.importorskip("trl")
-    from deepanalyze_env.trainers.trl.rollout import DeepAnalyzeRollout, trl_prompt
+    from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, trl_prompt
     from deepanalyze_env.trainers.trl.train import step_line
     from deepanalyze_env.trainers.trl.turns import Generated
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from deepanalyze_env.cli import main
-from deepanalyze_env.core.models import embedded_gguf
+from deepanalyze_env.generation.models import embedded_gguf
 from deepanalyze_env.offline.judge_eval import LABELS, load_fixtures
 from rewards.judge.fake_server import FakeJudgeServer, Reply
 from rewards.judge.prompts import RUBRICS, prompt_path

@@ -3,12 +3,16 @@ imports inside functions, which are how optional dependencies are reached.
 
 - ``rewards`` and ``tools`` never import trainer, offline or CLI code; ``tools`` (the kernel
   side) imports neither ``deepanalyze_env`` nor ``rewards``.
-- the core imports no trainer, offline tool, pipeline or CLI module; trainers and offline tools
-  import no pipeline or CLI module and not each other; the learn pipeline (above both, it
-  chains their commands) imports no CLI module.
+- the core imports no generation, trainer, offline tool, pipeline or CLI module, and neither
+  torch, transformers nor TRL (not even inside a function): what needs them is the generation
+  layer's. The generation layer imports no trainer, offline tool, serve, pipeline, CLI or reward
+  module. Trainers and offline tools import no pipeline or CLI module and not each other; the
+  learn pipeline (above both, it chains their commands) imports no CLI module.
 - ``serve`` (the env to outside clients) sits above the core and the offline tools and below the
   CLI: it imports no trainer, pipeline or CLI module, and nothing but the CLI imports it.
 - ``core.protocol`` and ``core.errors`` import where skyrl_gym is not installed.
+- where a turn ends has one owner, ``generation/turn_end.py``: it alone reads the stop lists to
+  stop a turn, and the engine, both TRL backends and SkyRL's stop settings import it.
 """
 
 from __future__ import annotations
@@ -25,10 +29,20 @@ ROOT = Path(__file__).resolve().parent.parent
 # package prefix of the importing module → import prefixes it must not use
 UPPER = ("deepanalyze_env.learn", "deepanalyze_env.cli")
 SERVE = "deepanalyze_env.serve"  # above core and offline, below the CLI: nothing else imports it
+GENERATION = "deepanalyze_env.generation"  # between core and its users: models, tokens, turn ends
+MODEL_LIBRARIES = ("torch", "transformers", "trl")  # the generation layer's, never the core's
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tools": ("deepanalyze_env", "rewards"),
     "rewards": ("deepanalyze_env.trainers", "deepanalyze_env.offline", SERVE, *UPPER),
-    "deepanalyze_env.core": ("deepanalyze_env.trainers", "deepanalyze_env.offline", SERVE, *UPPER),
+    "deepanalyze_env.core": (
+        GENERATION,
+        *MODEL_LIBRARIES,
+        "deepanalyze_env.trainers",
+        "deepanalyze_env.offline",
+        SERVE,
+        *UPPER,
+    ),
+    GENERATION: ("deepanalyze_env.trainers", "deepanalyze_env.offline", SERVE, *UPPER, "rewards", "tools"),
     "deepanalyze_env.trainers": ("deepanalyze_env.offline", SERVE, *UPPER),
     "deepanalyze_env.offline": ("deepanalyze_env.trainers", SERVE, *UPPER),
     "deepanalyze_env.learn": ("deepanalyze_env.cli", SERVE),
@@ -99,6 +113,14 @@ def test_the_checker_sees_a_violation_inside_a_function():
     assert _violations_in("deepanalyze_env.cli.probe", source, "probe.py") == []  # the CLI may
 
 
+def test_the_checker_sees_the_core_reach_for_torch_inside_a_function():
+    source = "def f():\n    import torch.nn\n    from transformers import AutoTokenizer\n"
+    found = _violations_in("deepanalyze_env.core.probe", source, "probe.py")
+    assert "probe.py:2 imports torch.nn (deepanalyze_env.core must not)" in found
+    assert "probe.py:3 imports transformers (deepanalyze_env.core must not)" in found
+    assert _violations_in("deepanalyze_env.generation.probe", source, "probe.py") == []
+
+
 @pytest.mark.parametrize("module", ["deepanalyze_env.core.protocol", "deepanalyze_env.core.errors"])
 def test_protocol_and_errors_import_without_skyrl_gym(module):
     code = (
@@ -139,10 +161,17 @@ def _owned_values() -> dict[str, tuple[frozenset[str], str]]:
 
 # Functions and types that own a rule: defined at the top level of exactly this module.
 OWNED_NAMES = {
-    "token_rules": "deepanalyze_env/core/tag_tokens.py",
-    "tag_stop_ids": "deepanalyze_env/core/tag_tokens.py",
-    "TokenRules": "deepanalyze_env/core/tag_tokens.py",
-    "PROTOCOL_TAGS": "deepanalyze_env/core/tag_tokens.py",
+    "token_rules": "deepanalyze_env/generation/tag_tokens.py",
+    "tag_stop_ids": "deepanalyze_env/generation/tag_tokens.py",
+    "TokenRules": "deepanalyze_env/generation/tag_tokens.py",
+    "PROTOCOL_TAGS": "deepanalyze_env/generation/tag_tokens.py",
+    "split_turn": "deepanalyze_env/generation/turn_end.py",
+    "completes_stop": "deepanalyze_env/generation/turn_end.py",
+    "stop_candidates": "deepanalyze_env/generation/turn_end.py",
+    "turn_stops": "deepanalyze_env/generation/turn_end.py",
+    "TurnStops": "deepanalyze_env/generation/turn_end.py",
+    "TurnEnd": "deepanalyze_env/generation/turn_end.py",
+    "trainable": "deepanalyze_env/core/contracts.py",
     "numbers_equal": "rewards/normalize.py",
     "dabench_equal": "rewards/normalize.py",
     "group_variance": "deepanalyze_env/trainers/curriculum.py",
@@ -194,6 +223,83 @@ def test_rule_functions_are_defined_only_by_their_owner():
                     defined.setdefault(name, []).append(str(path.relative_to(ROOT)))
     assert {name: where for name, where in defined.items() if where != [OWNED_NAMES[name]]} == {}
     assert set(defined) == set(OWNED_NAMES)  # every owner still defines its rule
+
+
+# ---------------------------------------------------------------------------- where a turn ends
+
+TURN_END = "deepanalyze_env/generation/turn_end.py"
+STOP_LISTS = {"STOP_TAGS", "STOP_STRINGS"}  # core.protocol's closing tags, core.tool_calls' call end
+# Modules that may read the stop lists without deciding where a turn ends, and why.
+STOP_LIST_READERS = {
+    "deepanalyze_env/core/protocol.py": "defines the tags; the env truncates an action at them",
+    "deepanalyze_env/core/tool_calls.py": "defines the tools format's call end; the env truncates at it",
+    "deepanalyze_env/generation/tag_tokens.py": "which closing tags a tokenizer holds as one token",
+    "deepanalyze_env/core/formats/tags.py": "a format names its stop strings (turn_end applies them)",
+    "deepanalyze_env/core/formats/tools.py": "a format names its stop strings (turn_end applies them)",
+}
+# Who applies the rule, and what each imports from its owner.
+TURN_END_USERS = {
+    "deepanalyze_env/generation/engine.py": {"completes_stop", "stop_candidates"},
+    "deepanalyze_env/trainers/trl/rollout_func.py": {"split_turn"},
+    "deepanalyze_env/trainers/trl/turns.py": {"turn_stops"},
+    "deepanalyze_env/trainers/trl/train.py": {"turn_stops"},
+    "deepanalyze_env/trainers/skyrl/config.py": {"turn_stops"},
+    "deepanalyze_env/offline/policies.py": {"turn_stops"},
+}
+
+
+def _stop_list_reads(source: str) -> list[int]:
+    """Lines of ``source`` that read a stop list: by name, by attribute or by import."""
+    lines = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name):
+            names = {node.id}
+        elif isinstance(node, ast.Attribute):
+            names = {node.attr}
+        elif isinstance(node, ast.ImportFrom):
+            names = {alias.name for alias in node.names}
+        else:
+            continue
+        if names & STOP_LISTS:
+            lines.add(node.lineno)
+    return sorted(lines)
+
+
+def test_only_the_turn_end_owner_reads_the_stop_lists_to_end_a_turn():
+    bad = []
+    for path in _modules():
+        shown = str(path.relative_to(ROOT))
+        if shown == TURN_END or shown in STOP_LIST_READERS:
+            continue
+        for line in _stop_list_reads(path.read_text(encoding="utf-8")):
+            bad.append(f"{shown}:{line} reads a stop list (use generation.turn_end: split_turn, turn_stops)")
+    assert not bad, "\n".join(bad)
+    assert _stop_list_reads((ROOT / TURN_END).read_text(encoding="utf-8"))  # the owner does read them
+
+
+def test_the_stop_list_check_sees_a_second_stop_rule():
+    """Negative control: a helper that decides a turn's end by the tags itself is caught."""
+    source = (
+        "from deepanalyze_env.core import protocol\n"
+        "def ends(text):\n"
+        "    return any(tag in text for tag in protocol.STOP_TAGS)\n"
+    )
+    assert _stop_list_reads(source) == [3]
+
+
+def test_every_generation_path_takes_its_turn_end_from_the_owner():
+    missing = []
+    for shown, names in TURN_END_USERS.items():
+        path = ROOT / shown
+        imported = {
+            alias.name
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.ImportFrom) and node.module == "deepanalyze_env.generation.turn_end"
+            for alias in node.names
+        }
+        if not names <= imported:
+            missing.append(f"{shown} does not import {sorted(names - imported)} from generation.turn_end")
+    assert not missing, "\n".join(missing)
 
 
 def test_every_public_class_says_why_it_exists():

@@ -96,7 +96,7 @@ def add_parser(sub: SubParsers) -> None:
 
 
 def _policy(args: argparse.Namespace, temperature: float, action_format: str = "tags") -> Policy:
-    from deepanalyze_env.core.models import chat_template_text
+    from deepanalyze_env.generation.chat_templates import chat_template_text
     from deepanalyze_env.offline.policies import make_policy
 
     chosen = [x for x in (args.model, args.policy_base_url, args.policy) if x]

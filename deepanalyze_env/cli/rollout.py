@@ -119,7 +119,7 @@ def add_parser(sub: SubParsers) -> None:
 
 
 def build_policy(args: argparse.Namespace, action_format: str = "tags") -> Policy:
-    from deepanalyze_env.core.models import chat_template_text
+    from deepanalyze_env.generation.chat_templates import chat_template_text
     from deepanalyze_env.offline.policies import make_policy
 
     return make_policy(

@@ -46,7 +46,7 @@ def _token_counter(ref: str | None) -> Callable[[str], int] | None:
     try:
         from transformers import AutoTokenizer
 
-        from deepanalyze_env.core.models import resolve_model
+        from deepanalyze_env.generation.models import resolve_model
 
         tok = AutoTokenizer.from_pretrained(resolve_model(ref))
     except (ImportError, OSError, ValueError) as exc:

@@ -9,7 +9,7 @@
 - ``profiles``: ``v1`` and ``upstream`` semantics.
 - ``tasks``: task files and dataset rows (JSONL, JSON, Parquet) → the env's ``extras``.
 - ``records``: the episode record written on ``close()``.
-- ``models``: local model references (``embedded:smollm2``, folders).
 
-Layer rule (``tests/test_layers.py``): nothing here imports ``trainers``, ``offline`` or ``cli``.
+Layer rule (``tests/test_layers.py``): nothing here imports ``generation``, ``trainers``, ``offline``
+or ``cli``, nor torch, transformers or TRL (local models and generation live in ``generation``).
 """

@@ -7,10 +7,10 @@ types, so a new status is added in one place.
 
 Example::
 
-    from deepanalyze_env.core.contracts import FinalMetadata
+    from deepanalyze_env.core.contracts import FinalMetadata, trainable
 
-    def trainable(meta: FinalMetadata) -> bool:
-        return meta["reward_status"] == "scored" and meta["termination"] != "length"
+    def reward_to_train(reward: float, meta: FinalMetadata) -> float | None:
+        return reward if trainable(meta["reward_status"], meta["termination"]) else None
 """
 
 from __future__ import annotations
@@ -195,3 +195,14 @@ class EpisodeResult:
     timings: dict[str, float]
     versions: Versions
     unfinished: str | None = None  # why an unfinished episode was closed early (``close(unfinished=…)``)
+
+
+def trainable(reward_status: str | None, termination: str | None, *, score_truncated: bool = False) -> bool:
+    """Does an episode's reward go into the gradient? Only a measured reward (``scored``; the two
+    error statuses, and a record's ``unfinished``, are not measurements), and of an episode a
+    token budget cut (``termination: "length"``) only when the trainer trains such episodes as
+    their failed gate (``score_truncated``). The one rule behind both TRL paths, SkyRL's row
+    verdicts and ``stats``' valid episodes."""
+    if reward_status != "scored":
+        return False
+    return termination != "length" or score_truncated

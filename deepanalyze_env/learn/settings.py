@@ -220,7 +220,7 @@ def _template_ref(ref: JsonValue, path: Path) -> str | None:
     absolute against the pipeline file's folder (the stages run elsewhere); checked now."""
     if ref is None:
         return None
-    from deepanalyze_env.core.models import chat_template_text
+    from deepanalyze_env.generation.chat_templates import chat_template_text
 
     ref = str(ref)
     chat_template_text(ref, path.parent, f"{path}: chat_template")

@@ -71,7 +71,7 @@ def model_inputs(ref: str) -> list[Path]:
     """What a stage reading model ``ref`` reads from disk: a local folder or file, or an embedded
     model's packaged GGUF (its conversion is a function of it). A hub id has no local content
     before it is downloaded; its name in the arguments is its identity."""
-    from deepanalyze_env.core.models import embedded_gguf
+    from deepanalyze_env.generation.models import embedded_gguf
 
     if ref.startswith("embedded:"):
         try:

@@ -11,7 +11,7 @@ A policy maps the conversation so far to the next assistant turn. Three kinds:
 
 Policies are called from several threads at once (``--concurrency``); each keeps its own
 thread-safety (the HTTP client is thread-safe; a local model batches the waiting turns into one
-round of the KV-cache engine, ``core/generation.py``).
+round of the KV-cache engine, ``generation/engine.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.config import ConfigError
 from deepanalyze_env.core.tasks import read_jsonl
+from deepanalyze_env.generation.turn_end import turn_stops
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def close_open_tag(text: str, stop_hint: str | None = None) -> str:
     wins over an open ``<Code>``, matching the env's truncation. Text that already ends its
     block (servers that include the stop string) is returned unchanged.
     """
-    if stop_hint in protocol.STOP_TAGS:
+    if stop_hint in turn_stops().strings:
         return text if text.endswith(stop_hint) else text + stop_hint
     for open_tag, close_tag in (("<Answer>", protocol.ANSWER_CLOSE), ("<Code>", protocol.CODE_CLOSE)):
         start = text.rfind(open_tag)
@@ -192,7 +193,7 @@ class OpenAIPolicy:
                 messages=messages,
                 temperature=self.temperature,
                 max_tokens=self.max_tokens,
-                stop=list(protocol.STOP_TAGS),
+                stop=list(turn_stops().strings),
                 seed=ctx.seed,
                 **extra,
             )
@@ -240,7 +241,7 @@ class TransformersPolicy:
     Concurrent episodes share the model through one batched round: the first waiting turn
     leads, collects up to ``max_batch`` turns (waiting at most ``batch_wait_s`` for the other
     episodes' code cells to finish) and generates them together. With ``kv_cache`` (the default)
-    the round goes through :class:`~deepanalyze_env.core.generation.GenerationEngine`, which
+    the round goes through :class:`~deepanalyze_env.generation.engine.GenerationEngine`, which
     keeps each episode's keys and values across its turns (a turn prefills only the new
     observation) and seeds each sampled turn by its own (episode, turn) seed, so a resumed sampled
     run draws what the uninterrupted one drew whatever the batching (up to float rounding).
@@ -282,7 +283,7 @@ class TransformersPolicy:
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as exc:
             raise ConfigError(f"--policy transformers needs the trl extra: pip install -e '.[trl]' ({exc})")
-        from deepanalyze_env.core.models import resolve_model
+        from deepanalyze_env.generation.models import resolve_model
 
         try:
             path = resolve_model(self.model)
@@ -297,7 +298,7 @@ class TransformersPolicy:
             raise ConfigError(f"--policy-model {self.model}: cannot load the model: {exc}")
         self._model.eval()
         self.device = device
-        from deepanalyze_env.core.generation import GenerationEngine
+        from deepanalyze_env.generation.engine import GenerationEngine
 
         eos = self._model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos if eos is not None else self._tok.eos_token_id]
@@ -318,10 +319,10 @@ class TransformersPolicy:
         return f"transformers:{self.model}"
 
     def _prompt_ids(self, ctx: TurnContext) -> list[int]:
-        from deepanalyze_env.core.tokens import plain_token_ids, prompt_token_ids
+        from deepanalyze_env.generation.tokens import plain_token_ids, prompt_token_ids
 
         if self.action_format == "tools":
-            from deepanalyze_env.core.tokens import tool_episode_ids, tool_prompt_ids
+            from deepanalyze_env.generation.tokens import tool_episode_ids, tool_prompt_ids
 
             kwargs = self.chat_template_kwargs
             ids = tool_prompt_ids(self._tok, ctx.messages[: ctx.prompt_len], **kwargs)
@@ -376,7 +377,7 @@ class TransformersPolicy:
     def _generate_cached(self, batch: list[_Request]) -> None:
         import torch
 
-        from deepanalyze_env.core.generation import GenRequest
+        from deepanalyze_env.generation.engine import GenRequest
 
         started = time.monotonic()
         try:
@@ -416,7 +417,7 @@ class TransformersPolicy:
         kwargs: dict[str, Any] = {
             "max_new_tokens": self.max_tokens,
             "do_sample": sample,
-            "stop_strings": list(protocol.STOP_TAGS) if self.action_format == "tags" else None,
+            "stop_strings": list(turn_stops().strings) if self.action_format == "tags" else None,
             "tokenizer": self._tok,
             "pad_token_id": pad_id,
         }

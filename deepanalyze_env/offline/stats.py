@@ -17,7 +17,7 @@ from typing import NotRequired, TypedDict
 
 import numpy as np
 
-from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject
+from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject, trainable
 from deepanalyze_env.core.records import own_turn_indices
 from deepanalyze_env.offline.report import Distribution, distribution, fmt, pct, rate
 
@@ -153,7 +153,7 @@ def compute_stats(
     status = Counter(str(r.get("reward_status")) for r in records)
     termination = Counter(str(r.get("termination")) for r in records)
     scored = [r for r in records if r.get("reward_status") == "scored"]
-    valid = [r for r in scored if r.get("termination") not in BUDGET_ENDS]
+    valid = [r for r in scored if trainable(r.get("reward_status"), r.get("termination"))]
     gated = [r for r in records if r.get("reward_status") in ("scored", "verifier_error")]
     format_ok = sum(1 for r in gated if r.get("format_ok"))
 

@@ -30,11 +30,12 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Literal, TypedDict, cast
 
+from deepanalyze_env.core.contracts import EpisodeRecord, JsonValue
 from deepanalyze_env.core.errors import ConfigError
 from rewards import ACCURACY_COMPONENTS
 
@@ -51,6 +52,30 @@ class Outcome(TypedDict):
     reward_status: str
     termination: str | None
     reward_components: dict[str, float]
+
+
+class CurriculumState(TypedDict):
+    """``SuccessRateCurriculum.state_dict()``: what a checkpoint keeps."""
+
+    task_ids: list[str]
+    tasks: list[list[float]]  # per task: alpha, beta, episodes
+    rng: tuple[object, ...]  # random.Random.getstate(); lists in place of tuples once saved
+
+
+class CurriculumMetrics(TypedDict):
+    """``SuccessRateCurriculum.drain()``: a step's curriculum figures (docs/design.md §11)."""
+
+    groups: int
+    zero_variance_groups: int
+    zero_variance_fraction: float | None
+    episodes_counted: int
+    episodes_excluded: int
+    success_histogram: list[int]
+    mastered: int
+    hopeless: int
+    tasks: int
+    sampling_entropy: float
+    sampling_entropy_max: float
 
 
 @dataclass
@@ -90,7 +115,7 @@ class CurriculumConfig:
     seed: int | None = None
 
     @classmethod
-    def from_mapping(cls, tree: dict[str, Any], source: str = "") -> CurriculumConfig:
+    def from_mapping(cls, tree: JsonValue, source: str = "") -> CurriculumConfig:
         """A recipe section → config; every bad key or value is a one-line ConfigError that starts
         with ``source`` (the recipe file) when given."""
         where = f"{source}: curriculum" if source else "curriculum"
@@ -128,14 +153,14 @@ class CurriculumConfig:
                 raise ConfigError(f"{where}: {message}")
 
 
-def _prior(value: Any) -> tuple[float, float]:
-    prior = tuple(float(x) for x in value)
+def _prior(value: JsonValue) -> tuple[float, float]:
+    prior = tuple(float(x) for x in value)  # a bad value is a TypeError or ValueError
     if len(prior) != 2 or min(prior) <= 0:
         raise ValueError
     return prior[0], prior[1]
 
 
-def _names(value: Any) -> tuple[str, ...]:
+def _names(value: JsonValue) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
     if not isinstance(value, list | tuple):
@@ -143,11 +168,14 @@ def _names(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def _optional(kind: type) -> Any:
+Coerce = Callable[[JsonValue], object]  # a recipe value → the field's type (TypeError/ValueError if bad)
+
+
+def _optional(kind: Callable[[JsonValue], object]) -> Coerce:
     return lambda v: None if v is None else kind(v)
 
 
-_COERCE: dict[str, Any] = {
+_COERCE: dict[str, Coerce] = {
     "prior": _prior,
     "accuracy_components": _names,
     **{n: float for n in ("decay", "floor", "sharpness", "success_threshold", "mastered", "hopeless")},
@@ -178,7 +206,6 @@ class StepLog:
     zero_variance_groups: int = 0
     episodes_counted: int = 0
     episodes_excluded: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def group_variance(rewards_by_task: Iterable[Sequence[float]]) -> tuple[int, int]:
@@ -253,10 +280,11 @@ class SuccessRateCurriculum:
         task.beta = task.beta * self.config.decay + float(not success)
         task.episodes += 1
 
-    def observe_records(self, records: Iterable[dict[str, Any]]) -> int:
+    def observe_records(self, records: Iterable[EpisodeRecord]) -> int:
         """Seed from earlier episode records (unfinished ones skipped); returns how many counted."""
         before = self._log.episodes_counted
-        self.observe([r for r in records if r.get("reward_status") not in (None, "unfinished")])
+        finished = [r for r in records if r.get("reward_status") not in (None, "unfinished")]
+        self.observe(cast(list[Outcome], finished))  # a record holds every field of an Outcome
         counted = self._log.episodes_counted - before
         self._log = StepLog()  # history is not this run's first step
         return counted
@@ -281,7 +309,7 @@ class SuccessRateCurriculum:
 
     # -- checkpoints
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> CurriculumState:
         """Estimates and the draw generator's state, so a resumed run draws as the first would have
         (SkyRL saves it with its dataloader checkpoint)."""
         return {
@@ -290,7 +318,7 @@ class SuccessRateCurriculum:
             "rng": self.rng.getstate(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: CurriculumState) -> None:
         """Restore a ``state_dict``; tasks are matched by id (tasks new to this run keep the prior,
         tasks gone from it are dropped), so a resumed run may change its data a little."""
         saved = dict(zip(state["task_ids"], state["tasks"], strict=True))
@@ -340,7 +368,7 @@ class SuccessRateCurriculum:
 
     # -- logging
 
-    def drain(self) -> dict[str, Any]:
+    def drain(self) -> CurriculumMetrics:
         """Per-step metrics (for ``metrics.jsonl``), and a fresh group count for the next step."""
         log, self._log = self._log, StepLog()
         estimates = self.estimates()

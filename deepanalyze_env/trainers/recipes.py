@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from deepanalyze_env.core.config import ConfigError, EnvConfig
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.trainers.curriculum import CurriculumConfig
 
 TOP_LEVEL = (
@@ -54,11 +54,11 @@ class Recipe:
     max_steps: int
     model: str
     data: list[str]
-    env: dict[str, Any] = field(default_factory=dict)
-    rollout: dict[str, Any] = field(default_factory=dict)
-    trl: dict[str, Any] = field(default_factory=dict)
-    skyrl: dict[str, Any] = field(default_factory=dict)
-    sft: dict[str, Any] = field(default_factory=dict)
+    env: JsonObject = field(default_factory=dict)  # env_config, checked by EnvConfig
+    rollout: JsonObject = field(default_factory=dict)  # ROLLOUT_KEYS
+    trl: JsonObject = field(default_factory=dict)  # GRPOConfig / SFTConfig settings, checked by TRL
+    skyrl: JsonObject = field(default_factory=dict)  # SkyRL overrides, checked by SkyRL
+    sft: JsonObject = field(default_factory=dict)  # SFT_KEYS
     curriculum: CurriculumConfig | None = None
     chat_template: str | None = None
     """The tokenizer's chat template: a Jinja file (relative paths from the recipe's folder) or
@@ -70,13 +70,13 @@ class Recipe:
         """The template's text, or None when the recipe keeps the model's own."""
         if self.chat_template is None:
             return None
-        from deepanalyze_env.core.models import chat_template_text
+        from deepanalyze_env.generation.chat_templates import chat_template_text
 
         base = Path(self.source).parent if self.source else None
         return chat_template_text(self.chat_template, base, f"{self.source}: chat_template")
 
 
-def apply_override(tree: dict[str, Any], assignment: str) -> None:
+def apply_override(tree: JsonObject, assignment: str) -> None:
     if "=" not in assignment:
         raise ConfigError(f"override {assignment!r} must look like key=value (e.g. max_steps=2)")
     dotted, _, raw = assignment.partition("=")

@@ -229,7 +229,7 @@ class TransformersBackend(Backend):
             )
         ref = self.settings.model
         if ref.startswith("embedded:"):  # e.g. "embedded:smollm2", converted once to a local folder
-            from deepanalyze_env.core.models import resolve_model
+            from deepanalyze_env.generation.models import resolve_model
 
             ref = resolve_model(ref)
         directory, extra = resolve_model_path(ref)

@@ -65,7 +65,7 @@ def test_local_model_replies_and_the_reply_is_recorded(tmp_path: Path, form: str
     if form == "gguf file":
         if model != "embedded:smollm2":
             pytest.skip("the gguf-file form is exercised with the embedded SmolLM2")
-        from deepanalyze_env.core.models import embedded_gguf
+        from deepanalyze_env.generation.models import embedded_gguf
 
         folder, filename = embedded_gguf("smollm2")
         model = str(folder / filename)  # loaded as from_pretrained(folder, gguf_file=filename)

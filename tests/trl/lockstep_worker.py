@@ -19,7 +19,7 @@ from pathlib import Path
 from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs
 
-from deepanalyze_env.trainers.trl.rollout import DeepAnalyzeRollout, trl_prompt
+from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, trl_prompt
 from tests.conftest import build_tiny_tokenizer, qa_extras
 from tests.trl.vllm_stub import ScriptedServer, StubServerGeneration, stub_trainer
 

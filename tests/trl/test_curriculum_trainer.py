@@ -23,7 +23,7 @@ from datasets import Dataset  # noqa: E402
 from deepanalyze_env.core.config import ConfigError  # noqa: E402
 from deepanalyze_env.trainers.recipes import load_recipe  # noqa: E402
 from deepanalyze_env.trainers.trl.curriculum_sampler import CurriculumSampler, curriculum_trainer_class  # noqa: E402
-from deepanalyze_env.trainers.trl.rollout import (  # noqa: E402
+from deepanalyze_env.trainers.trl.rollout_func import (  # noqa: E402
     DeepAnalyzeRollout,
     environment_reward,
     trl_dataset_rows,

@@ -1,4 +1,4 @@
-"""The KV-cache generation engine (core/generation.py) on the real embedded SmolLM2.
+"""The KV-cache generation engine (generation/engine.py) on the real embedded SmolLM2.
 
 Oracle for greedy turns: transformers' own ``generate`` on the whole re-read conversation, one
 episode at a time, stopped by ``StopStringCriteria`` — the path the engine replaces. Oracle for
@@ -13,13 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from deepanalyze_env.core import protocol
-from deepanalyze_env.core.generation import (
-    GenerationEngine,
-    GenRequest,
-    stop_candidates,
-    tag_completed,
-    unsupported_options,
-)
+from deepanalyze_env.generation.engine import GenerationEngine, GenRequest, unsupported_options
+from deepanalyze_env.generation.turn_end import completes_stop, split_turn, stop_candidates
 
 torch = pytest.importorskip("torch")
 
@@ -208,10 +203,12 @@ def test_the_candidate_rule_fires_exactly_where_decoding_every_prefix_finds_a_ta
     ids = tok.encode(text, add_special_tokens=False)
     found = None
     for n in range(1, len(ids) + 1):
-        if table[ids[n - 1]] and tag_completed(tok, ids[:n]):
+        if table[ids[n - 1]] and completes_stop(tok, ids[:n]):
             found = n
             break
     assert found == _first_stop_by_decoding(tok, ids)
+    # the rollout's cut is the same rule: the engine and the rollout cannot disagree about a turn
+    assert split_turn(tok, ids, set()) == ((found, "stop") if found else (len(ids), "length"))
 
 
 def test_a_closing_tag_that_is_a_special_token_is_a_candidate_and_completes(fresh_smollm2_tokenizer):
@@ -220,7 +217,7 @@ def test_a_closing_tag_that_is_a_special_token_is_a_candidate_and_completes(fres
     close = tok.convert_tokens_to_ids("</Code>")
     assert stop_candidates(tok, [close])[close]
     ids = [*tok.encode("<Code>\nprint(1)\n", add_special_tokens=False), close]
-    assert tag_completed(tok, ids) and not tag_completed(tok, ids[:-1])
+    assert completes_stop(tok, ids) and not completes_stop(tok, ids[:-1])
 
 
 def test_options_the_engine_does_not_implement_are_named():
@@ -238,7 +235,6 @@ def test_the_trl_backend_matches_the_reread_turns_and_drops_its_cache(lm, refere
     from accelerate import Accelerator
     from transformers import GenerationConfig
 
-    from deepanalyze_env.trainers.trl.rollout import split_turn
     from deepanalyze_env.trainers.trl.turns import CachedTurns
 
     tok, model = lm

@@ -15,7 +15,7 @@ trl = pytest.importorskip("trl")
 from datasets import Dataset  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from deepanalyze_env.trainers.trl.rollout import DeepAnalyzeRollout, environment_reward, trl_dataset_rows  # noqa: E402
+from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, environment_reward, trl_dataset_rows  # noqa: E402
 from tests.conftest import qa_extras  # noqa: E402
 
 PROMPT = [{"role": "user", "content": "Which store?"}]

@@ -14,7 +14,7 @@ trl = pytest.importorskip("trl")
 from datasets import Dataset  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from deepanalyze_env.trainers.trl.rollout import (  # noqa: E402
+from deepanalyze_env.trainers.trl.rollout_func import (  # noqa: E402
     DeepAnalyzeRollout,
     environment_reward,
     trl_dataset_rows,

@@ -5,7 +5,7 @@ Generation is scripted (a stand-in for the policy); the env, its kernels and the
 
 from __future__ import annotations
 
-from deepanalyze_env.trainers.trl.rollout import DeepAnalyzeRollout, trl_prompt
+from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, trl_prompt
 from deepanalyze_env.trainers.trl.turns import Generated
 from tests.test_recover import ANSWER, BEST, PREFIX, PROMPT, SPEC
 from tests.trl.test_rollout_masks import fake_trainer

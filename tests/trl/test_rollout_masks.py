@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from deepanalyze_env.trainers.trl.rollout import DeepAnalyzeRollout, environment_reward, trl_prompt
+from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, environment_reward, trl_prompt
 from deepanalyze_env.trainers.trl.turns import Generated
 from tests.conftest import qa_extras
 

@@ -15,7 +15,7 @@ import yaml
 
 from deepanalyze_env.cli import main
 from deepanalyze_env.core.records import read_records
-from deepanalyze_env.trainers.trl.rollout import DeepAnalyzeRollout, trl_prompt
+from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, trl_prompt
 from deepanalyze_env.trainers.trl.sft_data import IGNORE_INDEX, SFTDataError, render_record, select_records
 from tests.trl.test_rollout_masks import ANSWER_TURN, CODE_TURN, fake_trainer, row, scripted
 

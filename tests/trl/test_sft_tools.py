@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from deepanalyze_env.core.records import read_records
-from deepanalyze_env.core.tokens import training_template
 from deepanalyze_env.core.tool_calls import is_tools_record
+from deepanalyze_env.generation.tokens import training_template
 from deepanalyze_env.trainers.trl.environment import environment_factory, tool_dataset_rows
 from deepanalyze_env.trainers.trl.sft_data import IGNORE_INDEX, render_tool_record, sft_rows
 from tests.conftest import qa_extras

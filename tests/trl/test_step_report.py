@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from deepanalyze_env.trainers.trl.rollout import DeepAnalyzeRollout, trl_prompt
+from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, trl_prompt
 from deepanalyze_env.trainers.trl.train import _make_callback, step_line
 from deepanalyze_env.trainers.trl.turns import Generated
 from tests.conftest import qa_extras

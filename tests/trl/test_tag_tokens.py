@@ -1,4 +1,4 @@
-"""The one set of tag-token rules (``core/tag_tokens.py``) that SkyRL, the TRL rollout and SFT read.
+"""The one set of tag-token rules (``generation/tag_tokens.py``) that SkyRL, the TRL rollout and SFT read.
 
 On the real SmolLM2 tokenizer: once as shipped (tags are ordinary text), once with the tags added
 as special tokens, once as added ordinary tokens, and once with a tag split across a special and
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from deepanalyze_env.core.errors import ConfigError
-from deepanalyze_env.core.tag_tokens import tag_stop_ids, token_rules
+from deepanalyze_env.generation.tag_tokens import tag_stop_ids, token_rules
 
 
 def test_tags_that_are_ordinary_text_need_no_stop_ids(fresh_smollm2_tokenizer):

@@ -143,7 +143,7 @@ def test_a_bad_recipe_leaves_no_output_folder(tmp_path, capsys, change, message)
 def test_recipe_chat_template_kwargs_reach_the_episode_prompt(fresh_smollm2_tokenizer, workspace_root):
     from types import SimpleNamespace
 
-    from deepanalyze_env.trainers.trl.rollout import DeepAnalyzeRollout, trl_prompt
+    from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, trl_prompt
     from deepanalyze_env.trainers.trl.turns import Generated
     from tests.conftest import qa_extras
 
@@ -295,3 +295,27 @@ def test_a_tools_recipe_trains_the_embedded_model_through_environment_factory(
     assert len(episodes) == 2 and all(e["reward_status"] == "scored" for e in episodes)
     saved = json.loads((out / "tokenizer_config.json").read_text())
     assert "tool_call" in (saved.get("chat_template") or (out / "chat_template.jinja").read_text())
+
+
+def test_the_shipped_recipes_placeholder_model_is_one_line_naming_the_key(capsys):
+    """``recipes/trl_grpo.yaml`` ships ``model: /path/to/DeepAnalyze-8B``: its check ends in one line
+    that names the ``model`` key and what it may hold, not transformers' repo-id traceback."""
+    root = Path(__file__).resolve().parents[2]
+    assert main(["train", str(root / "recipes" / "trl_grpo.yaml"), "--check", "trl.use_vllm=false"]) == 2
+    printed = capsys.readouterr().out.strip()
+    assert "Traceback" not in printed and "Repo id" not in printed
+    [line] = [x for x in printed.splitlines() if x.strip()]
+    assert "trl_grpo.yaml: model '/path/to/DeepAnalyze-8B': no such model folder" in line
+    assert "set model to embedded:smollm2, a local model folder" in line and "hub id" in line
+
+
+def test_a_model_that_cannot_be_loaded_names_the_setting(tmp_path):
+    from deepanalyze_env.generation.models import load_tokenizer
+
+    empty = tmp_path / "empty-model"
+    empty.mkdir()  # a folder, but no tokenizer in it
+    with pytest.raises(ConfigError) as caught:
+        load_tokenizer(str(empty), key="policy_model", where="learn.yaml")
+    message = str(caught.value)
+    assert message.startswith(f"learn.yaml: policy_model '{empty}' cannot be loaded (")
+    assert "set policy_model to embedded:smollm2" in message and "\n" not in message

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from deepanalyze_env.trainers.trl.rollout import DeepAnalyzeRollout, trl_prompt
+from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, trl_prompt
 from deepanalyze_env.trainers.trl.turns import Generated
 from rewards import Method, register_method, register_reward
 from tests.conftest import qa_extras
@@ -258,7 +258,7 @@ def test_transformers_generation_stops_on_a_special_closing_tag(fresh_smollm2_to
     from accelerate import Accelerator
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    from deepanalyze_env.trainers.trl.rollout import env_text
+    from deepanalyze_env.trainers.trl.rollout_func import env_text
     from deepanalyze_env.trainers.trl.turns import transformers_turns
 
     tok = fresh_smollm2_tokenizer

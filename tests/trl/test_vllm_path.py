@@ -1,7 +1,7 @@
 """The rollout on TRL's vLLM generation path (server and colocate modes).
 
 vLLM itself needs a GPU, so it is a scripted stand-in (``tests/trl/vllm_stub.py``); TRL's
-``VLLMGeneration.generate`` and ``GRPOTrainer._generate_single_turn`` run as written, the env, its
+``VLLMGeneration.generate`` (the public backend the rollout calls) runs as written, the env, its
 kernels and the tokenizer are real.
 """
 
@@ -15,7 +15,7 @@ pytest.importorskip("trl")
 
 from accelerate import Accelerator
 
-from deepanalyze_env.trainers.trl.rollout import DeepAnalyzeRollout, trl_prompt
+from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, trl_prompt
 from tests.conftest import qa_extras
 from tests.trl.vllm_stub import (
     ScriptedEngine,

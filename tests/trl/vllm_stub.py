@@ -4,16 +4,16 @@
 per-rank slicing run as written — with only the HTTP client to the vLLM server replaced by
 :class:`ScriptedServer`, which answers every prompt through a Python function the way the server's
 ``/v1/completions`` would (``max_tokens`` honoured, one logprob per token). ``stub_trainer`` is the
-slice of a ``GRPOTrainer`` that TRL's ``_generate_single_turn`` reads, with that method bound to it.
+slice of a ``GRPOTrainer`` the rollout reads on the vLLM path: no private TRL method, so a rollout
+that called one would fail here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import MethodType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
-from trl import GRPOTrainer
 from trl.generation.vllm_generation import VLLMGeneration
 
 
@@ -57,12 +57,9 @@ def stub_trainer(tok, accelerator, generation: VLLMGeneration, max_completion_le
         args=SimpleNamespace(max_completion_length=max_completion_length, report_to=[]),
         eos_token_ids=[tok.eos_token_id],
         use_vllm=True,
-        state=SimpleNamespace(global_step=0),
-        _last_loaded_step=0,
         vllm_generation=generation,
         accelerator=accelerator,
     )
-    trainer._generate_single_turn = MethodType(GRPOTrainer._generate_single_turn, trainer)
     return trainer
 
 

@@ -55,6 +55,10 @@ class ActionFormat(ABC):
 
     name: ClassVar[str]
     prompt_file: ClassVar[str]  # the shipped system prompt (``system_prompt: protocol``), in core/
+    stop_strings: ClassVar[tuple[str, ...]]  # where a sampled turn ends (``generation/turn_end`` applies it)
+    stops_are_tags: ClassVar[bool] = (
+        False  # its stop strings are protocol tags a tokenizer may hold as one token
+    )
 
     @abstractmethod
     def read(self, text: str, profile: Profile) -> Action:

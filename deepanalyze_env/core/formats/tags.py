@@ -26,6 +26,8 @@ class TagsFormat(ActionFormat):
 
     name = "tags"
     prompt_file = "prompts/protocol.md"
+    stop_strings = tuple(protocol.STOP_TAGS)
+    stops_are_tags = True
 
     def read(self, text: str, profile: Profile) -> Action:
         cut = profile.truncate(text)

@@ -33,6 +33,7 @@ class ToolsFormat(ActionFormat):
 
     name = "tools"
     prompt_file = "prompts/tools.md"
+    stop_strings = tuple(tool_calls.STOP_STRINGS)
 
     def read(self, text: str, profile: Profile) -> Action:
         cut = tool_calls.truncate(text)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TypedDict, Unpack
 
 from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject
-from deepanalyze_env.core.models import CACHE_ENV, cache_dir
+from deepanalyze_env.generation.models import CACHE_ENV, cache_dir
 from deepanalyze_env.offline.bank import BankError
 from deepanalyze_env.offline.bank.families import FAMILIES, Draft, FamilyContext
 from deepanalyze_env.offline.bank.families.base import Difficulty

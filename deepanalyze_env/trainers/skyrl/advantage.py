@@ -18,7 +18,7 @@ sampled once keeps SkyRL's rule.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 import torch
@@ -29,15 +29,15 @@ from deepanalyze_env.trainers.skyrl.config import ESTIMATOR
 def compute_valid_grpo_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
-    index: Any,
+    index: np.ndarray | Sequence[Hashable],  # each row's group id (SkyRL: its prompt's uid)
     epsilon: float = 1e-6,
     grpo_norm_by_std: bool = True,
-    **_: Any,
+    **_: object,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     scores = token_level_rewards.sum(dim=-1)
     valid = response_mask.sum(dim=-1) > 0
-    groups: dict[Any, list[int]] = defaultdict(list)
-    sampled: dict[Any, int] = defaultdict(int)
+    groups: dict[Hashable, list[int]] = defaultdict(list)
+    sampled: dict[Hashable, int] = defaultdict(int)
     for row, group in enumerate(np.asarray(index).tolist()):
         sampled[group] += 1
         if bool(valid[row]):

@@ -26,16 +26,18 @@ from skyrl.train.config import (
     SkyRLTrainConfig,
 )
 
-from deepanalyze_env.core import protocol, tool_calls
 from deepanalyze_env.core.config import ConfigError, EnvConfig
+from deepanalyze_env.core.contracts import JsonValue
+from deepanalyze_env.generation.interfaces import Tokenizer
+from deepanalyze_env.generation.turn_end import turn_stops
 
 ENV_SECTION = "environment.skyrl_gym.deepanalyze"
 ESTIMATOR = "deepanalyze_grpo"
-STOP = list(protocol.STOP_TAGS)
-TOOL_STOP = list(tool_calls.STOP_STRINGS)
+STOP = list(turn_stops().strings)  # where a turn ends: generation.turn_end, the one rule
+TOOL_STOP = list(turn_stops(action_format="tools").strings)
 
 # Applied under the user's overrides (theirs win). Each is something the env relies on.
-DEFAULTS: dict[str, Any] = {
+DEFAULTS: dict[str, JsonValue] = {
     "environment.env_class": "deepanalyze",
     "generator.max_turns": 30,  # DeepAnalyze's turn limit; SkyRL's default is 1
     "generator.use_conversation_multi_turn": False,  # observations as raw text in one assistant turn
@@ -83,7 +85,7 @@ class AdapterConfig(BaseConfig):
     (scored without a judge) and length-stopped episodes are not counted."""
     outage_batches: int = 3
     """Stop the run after this many such batches in a row; 0 never stops."""
-    curriculum: dict[str, Any] | None = None
+    curriculum: dict[str, Any] | None = None  # Any: SkyRL's config builder reads this type as a class
     """The success-rate curriculum (the recipe's ``curriculum`` section: ``kind: success_rate``
     and the fields of ``trainers.curriculum.CurriculumConfig``); None (the default) samples
     prompts as SkyRL does."""
@@ -98,7 +100,7 @@ class DeepAnalyzeSkyRLConfig(SkyRLTrainConfig):
     deepanalyze: AdapterConfig = field(default_factory=AdapterConfig)
 
 
-def _dotlist(overrides: list[str] | dict[str, Any]) -> list[str]:
+def _dotlist(overrides: list[str] | dict[str, JsonValue]) -> list[str]:
     from skyrl.train.config.config import overrides_dict_to_dotlist
 
     if isinstance(overrides, dict):
@@ -109,7 +111,7 @@ def _dotlist(overrides: list[str] | dict[str, Any]) -> list[str]:
     return list(overrides)
 
 
-def parse_config(overrides: list[str] | dict[str, Any]) -> DeepAnalyzeSkyRLConfig:
+def parse_config(overrides: list[str] | dict[str, JsonValue]) -> DeepAnalyzeSkyRLConfig:
     """Defaults, then ``overrides`` (``key.path=value`` strings or a dotted dict), validated.
 
     Our env section is checked first with the env's own strict rules so that a typo deep inside
@@ -202,7 +204,7 @@ def _stops_at_the_tags(key: str, stop: list[str] | None, required: list[str]) ->
         )
 
 
-def defaults_for(action_format: str) -> dict[str, Any]:
+def defaults_for(action_format: str) -> dict[str, JsonValue]:
     """:data:`DEFAULTS` for an action format. Tools: turns stop at ``</tool_call>``, and tool
     results go through the chat template as ``tool`` messages
     (``generator.use_conversation_multi_turn``), so the model sees them framed as it was trained
@@ -217,15 +219,13 @@ def defaults_for(action_format: str) -> dict[str, Any]:
     }
 
 
-def apply_tag_tokens(cfg: DeepAnalyzeSkyRLConfig, tokenizer: Any) -> dict[str, int]:
+def apply_tag_tokens(cfg: DeepAnalyzeSkyRLConfig, tokenizer: Tokenizer) -> dict[str, int]:
     """Closing tags the tokenizer holds as one added token become stop token ids of training and
     evaluation sampling (``additional_kwargs.stop_token_ids``, which SkyRL 0.4 passes to vLLM as
     it is; vLLM keeps the stop token in the returned ids and SkyRL decodes them with special
     tokens kept, so the env reads the tag). Idempotent; raises ConfigError for a tag that cannot
-    be stopped on. Returns ``{tag: id}``."""
-    from deepanalyze_env.core.tag_tokens import tag_stop_ids
-
-    ids = tag_stop_ids(tokenizer)
+    be stopped on. Returns ``{tag: id}`` (``generation.turn_end.turn_stops``)."""
+    ids = dict(turn_stops(tokenizer).ids_by_tag)
     if not ids:
         return ids
     if cfg.generator.inference_engine.enable_return_sample_support_set:
@@ -275,7 +275,7 @@ def _absolute(value: str | None) -> str | None:
 
 
 def absolute_paths(env: EnvConfig) -> EnvConfig:
-    changes: dict[str, Any] = {k: _absolute(getattr(env, k)) for k in _ENV_PATHS}
+    changes: dict[str, str | None] = {k: _absolute(getattr(env, k)) for k in _ENV_PATHS}
     if env.system_prompt and env.system_prompt != "protocol":
         changes["system_prompt"] = _absolute(env.system_prompt)
     judge = dataclasses.replace(env.judge, **{k: _absolute(getattr(env.judge, k)) for k in _JUDGE_PATHS})

@@ -29,25 +29,34 @@ continues with what it had learnt.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, TypedDict
 
 from deepanalyze_env.core.config import ConfigError
-from deepanalyze_env.core.contracts import REWARD_STATUSES, TERMINATIONS
+from deepanalyze_env.core.contracts import REWARD_STATUSES, TERMINATIONS, JsonObject
 from deepanalyze_env.core.tasks import with_task_ids
 from deepanalyze_env.trainers.curriculum import (
     HISTOGRAM_BINS,
     CurriculumConfig,
+    CurriculumMetrics,
+    CurriculumState,
     Outcome,
     SuccessRateCurriculum,
 )
+
+if TYPE_CHECKING:
+    from skyrl.train.dataset.dataset import PromptDataset
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from deepanalyze_env.trainers.skyrl.config import DeepAnalyzeSkyRLConfig
+    from deepanalyze_env.trainers.skyrl.trainer import GeneratorOutput
 
 SECTION = "deepanalyze.curriculum"
 METRIC_PREFIX = "deepanalyze/curriculum/"
 FAILED_GATE = -1.0  # what a length-stopped episode trains as under deepanalyze.score_truncated
 
 
-def curriculum_config(tree: dict[str, Any] | None) -> CurriculumConfig | None:
+def curriculum_config(tree: JsonObject | None) -> CurriculumConfig | None:
     """``deepanalyze.curriculum`` (a mapping, or None when off) → the trainer-neutral config;
     every bad key or value is a one-line ``ConfigError``."""
     if tree is None:
@@ -55,12 +64,12 @@ def curriculum_config(tree: dict[str, Any] | None) -> CurriculumConfig | None:
     return CurriculumConfig.from_mapping(dict(tree), source="deepanalyze")
 
 
-def as_mapping(config: CurriculumConfig) -> dict[str, Any]:
+def as_mapping(config: CurriculumConfig) -> JsonObject:
     """The config as plain YAML-able values (what the SkyRL config tree holds and Ray ships)."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(config).items()}
 
 
-def dataset_task_ids(dataset: Any) -> list[str]:
+def dataset_task_ids(dataset: PromptDataset) -> list[str]:
     """Task ids of a SkyRL ``PromptDataset`` in its index order (after SkyRL dropped over-long
     prompts), by the rule every other command uses (``with_task_ids``)."""
     frame = dataset.dataframe
@@ -83,6 +92,13 @@ def build_curriculum(config: CurriculumConfig, task_ids: list[str], seed: int) -
     return SuccessRateCurriculum(task_ids, config, seed)
 
 
+class DrawState(TypedDict):
+    """A dataloader checkpoint's share of the curriculum: batches drawn this epoch, the estimates."""
+
+    yielded: int
+    curriculum: CurriculumState
+
+
 class _Draws:
     """One epoch of batches, drawn one at a time; ``Stateful`` for SkyRL's dataloader checkpoint."""
 
@@ -99,10 +115,10 @@ class _Draws:
         self.yielded += 1
         return self.sampler.curriculum.draw(self.sampler.batch_size)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> DrawState:
         return {"yielded": self.yielded, "curriculum": self.sampler.curriculum.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: DrawState) -> None:
         self.yielded = int(state["yielded"])
         self.sampler.curriculum.load_state_dict(state["curriculum"])
 
@@ -128,7 +144,9 @@ class CurriculumBatchSampler:
         return len(self.curriculum.task_ids) // self.batch_size
 
 
-def curriculum_dataloader(cfg: Any, dataset: Any, curriculum: SuccessRateCurriculum) -> Any:
+def curriculum_dataloader(
+    cfg: DeepAnalyzeSkyRLConfig, dataset: PromptDataset, curriculum: SuccessRateCurriculum
+) -> StatefulDataLoader:
     """SkyRL's train dataloader (same class, collate function and batch size as
     ``trainer_utils.build_dataloader``) with the curriculum choosing the prompts, in-process."""
     from torchdata.stateful_dataloader import StatefulDataLoader
@@ -142,7 +160,7 @@ def curriculum_dataloader(cfg: Any, dataset: Any, curriculum: SuccessRateCurricu
 
 
 def outcomes_of(
-    generator_output: dict[str, Any], group_ids: list[str], task_ids: list[str], verdicts: list[str]
+    generator_output: GeneratorOutput, group_ids: list[str], task_ids: list[str], verdicts: Sequence[str]
 ) -> list[Outcome]:
     """One outcome per row of a SkyRL generator output, read from its env metrics.
 
@@ -185,7 +203,7 @@ def outcomes_of(
     return outcomes
 
 
-def step_metrics(drained: dict[str, Any]) -> dict[str, float]:
+def step_metrics(drained: CurriculumMetrics) -> dict[str, float]:
     """``SuccessRateCurriculum.drain()`` as scalar tracker metrics under ``deepanalyze/curriculum/``
     (the histogram as one metric per bin, ``success_histogram/0.0-0.1`` …; a fraction with no
     groups behind it is left out rather than logged as 0)."""

@@ -12,12 +12,12 @@ import argparse
 import logging
 import os
 import sys
-from typing import Any
 
 import ray
 from skyrl.train.entrypoints.main_base import BasePPOExp  # also sets multiprocessing to spawn
 
 from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.trainers.skyrl.advantage import register_estimator
 from deepanalyze_env.trainers.skyrl.config import (
     ENV_SECTION,
@@ -140,7 +140,7 @@ def check_rows(cfg: DeepAnalyzeSkyRLConfig) -> int:
     return check_data(sources, cfg.environment.skyrl_gym.deepanalyze)
 
 
-def check_curriculum(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, Any] | None:
+def check_curriculum(cfg: DeepAnalyzeSkyRLConfig) -> JsonObject | None:
     """With ``deepanalyze.curriculum`` set: the training rows' task ids are unique, a batch fits
     in them and ``from_records`` loads — checked before Ray starts. Returns what ``--check``
     prints (None when the curriculum is off). SkyRL may still drop over-long prompts; the trainer
@@ -167,7 +167,7 @@ def check_curriculum(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, Any] | None:
     return {"kind": config.kind, "tasks": len(task_ids), "seeded_episodes": seeded}
 
 
-def summary(cfg: DeepAnalyzeSkyRLConfig) -> dict[str, Any]:
+def summary(cfg: DeepAnalyzeSkyRLConfig) -> JsonObject:
     import dataclasses
 
     return {

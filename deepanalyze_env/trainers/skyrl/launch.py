@@ -26,11 +26,11 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.core.tasks import load_rows, write_parquet
 from deepanalyze_env.trainers.recipes import Recipe
 
@@ -39,8 +39,8 @@ log = logging.getLogger(__name__)
 ENV_PREFIX = "environment.skyrl_gym.deepanalyze"
 
 
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def flatten(tree: JsonObject, prefix: str = "") -> JsonObject:
+    out: JsonObject = {}
     for key, value in tree.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, dict) and value:
@@ -65,9 +65,9 @@ def render_data(recipe: Recipe) -> list[str]:
     return [str(out)]
 
 
-def overrides(recipe: Recipe, train_data: list[str]) -> dict[str, Any]:
+def overrides(recipe: Recipe, train_data: list[str]) -> JsonObject:
     out_dir = Path(recipe.output_dir).resolve()
-    result: dict[str, Any] = {
+    result: JsonObject = {
         "trainer.policy.model.path": recipe.model,
         "data.train_data": train_data,
         "trainer.ckpt_path": str(out_dir / "ckpt"),
@@ -96,7 +96,7 @@ def overrides(recipe: Recipe, train_data: list[str]) -> dict[str, Any]:
     return result
 
 
-def as_dotlist(settings: dict[str, Any]) -> list[str]:
+def as_dotlist(settings: JsonObject) -> list[str]:
     """JSON values: OmegaConf reads them as YAML, so types survive (lists, null, quoted text)."""
     return [f"{key}={json.dumps(value, ensure_ascii=False, default=str)}" for key, value in settings.items()]
 

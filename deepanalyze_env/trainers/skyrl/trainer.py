@@ -21,10 +21,11 @@ flagged (each row's env metric ``suspect``, also logged as the rate ``environmen
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Literal, NotRequired, TypedDict
 
 from skyrl.train.trainer import RayPPOTrainer
 
+from deepanalyze_env.core.contracts import trainable
 from deepanalyze_env.trainers.skyrl import curriculum as cur
 
 log = logging.getLogger(__name__)
@@ -34,17 +35,38 @@ OUTAGE_FRACTION = 0.9  # defaults of deepanalyze.outage_fraction / outage_batche
 OUTAGE_BATCHES = 3
 
 
-def row_verdict(env_metrics: dict[str, Any] | None, score_truncated: bool) -> str:
-    """``train`` | ``infra`` (reward not measured) | ``length`` (masked) | ``length_scored``."""
+Verdict = Literal["train", "infra", "length", "length_scored"]
+"""A row's fate: trained; kept out because its reward is not a measurement (``infra``); kept out
+because a token limit cut it (``length``); or trained as a failed gate (``length_scored``)."""
+
+EnvMetrics = dict[str, float]
+"""A row's env metrics (``DeepAnalyzeEnv.get_metrics``: every value a number)."""
+
+
+class GeneratorOutput(TypedDict):
+    """The fields of SkyRL's ``GeneratorOutput`` read or rewritten here."""
+
+    loss_masks: list[list[int]]
+    rewards: list[float | list[float]]  # per episode, or per token (the reward on the last)
+    env_metrics: NotRequired[list[EnvMetrics | None] | None]
+    stop_reasons: NotRequired[list[str] | None]
+
+
+def row_verdict(env_metrics: EnvMetrics | None, score_truncated: bool) -> Verdict:
+    """:data:`Verdict` of one row, by ``core.contracts.trainable``. An episode SkyRL's generator
+    stopped before the env said done (``finished`` 0) has no status yet: the env scores it as a
+    length cut, a failed gate, when it closes — a ``scored`` ``length`` episode. A finished episode
+    never ends for length under SkyRL (the env says ``length`` only when a trainer asks it to)."""
     metrics = env_metrics or {}
-    if not metrics.get("finished", 1.0):
-        return "length_scored" if score_truncated else "length"
-    if metrics.get("status_scored", 1.0) != 1.0:
-        return "infra"
-    return "train"
+    finished = bool(metrics.get("finished", 1.0))
+    measured = not finished or metrics.get("status_scored", 1.0) == 1.0
+    status = "scored" if measured else "unmeasured"
+    if trainable(status, None if finished else "length", score_truncated=score_truncated):
+        return "train" if finished else "length_scored"
+    return "infra" if finished else "length"
 
 
-def _set_final_reward(reward: Any, value: float) -> Any:
+def _set_final_reward(reward: float | list[float], value: float) -> float | list[float]:
     if isinstance(reward, list):  # token-level: the episode's reward sits on one token
         out = [0.0] * len(reward)
         if out:
@@ -53,7 +75,7 @@ def _set_final_reward(reward: Any, value: float) -> Any:
     return value
 
 
-def row_verdicts(generator_output: dict[str, Any], score_truncated: bool) -> list[str]:
+def row_verdicts(generator_output: GeneratorOutput, score_truncated: bool) -> list[Verdict]:
     """``row_verdict`` of every row. A row the env finished whose last turn still ran out of tokens
     was already masked by SkyRL's overlong filter (``generator.apply_overlong_filtering``): it
     counts as ``length`` too."""
@@ -69,7 +91,7 @@ def row_verdicts(generator_output: dict[str, Any], score_truncated: bool) -> lis
     return verdicts
 
 
-def exclude_rows(generator_output: dict[str, Any], score_truncated: bool) -> dict[str, int]:
+def exclude_rows(generator_output: GeneratorOutput, score_truncated: bool) -> dict[str, int]:
     """Apply the verdicts in place; returns how many rows each verdict got."""
     env_metrics = generator_output.get("env_metrics") or [None] * len(generator_output["loss_masks"])
     counts = {"train": 0, "infra": 0, "length": 0, "length_scored": 0, "gate_failed": 0}

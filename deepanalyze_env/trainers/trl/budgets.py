@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TypedDict
 
+from deepanalyze_env.core.contracts import EpisodeRecord
 from deepanalyze_env.core.records import own_turn_indices
+from deepanalyze_env.generation.interfaces import Tokenizer
 from deepanalyze_env.trainers.trl.sft_data import render_record
 
 CUT_TARGET = 0.10  # the share of episodes a run may lose to its budgets before we warn
@@ -33,6 +35,23 @@ def _quantiles(values: Sequence[int]) -> dict[str, int]:
         return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
     return {"p50": at(0.5), "p90": at(0.9), "max": ordered[-1]}
+
+
+class BudgetReport(TypedDict):
+    """``budgets.json``: :class:`BudgetFit`'s fields, its cut fraction and the target it is held to."""
+
+    episodes: int
+    max_turn_tokens: int | None
+    max_completion_length: int
+    turn_cut: int
+    episode_cut: int
+    cut: int
+    cells: int
+    output_capped: int
+    turn_tokens: dict[str, int]
+    completion_tokens: dict[str, int]
+    cut_fraction: float
+    cut_target: float
 
 
 @dataclass
@@ -54,8 +73,9 @@ class BudgetFit:
     def cut_fraction(self) -> float:
         return self.cut / self.episodes if self.episodes else 0.0
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "cut_fraction": round(self.cut_fraction, 4), "cut_target": CUT_TARGET}
+    def as_dict(self) -> BudgetReport:
+        fields = asdict(self)
+        return BudgetReport(**fields, cut_fraction=round(self.cut_fraction, 4), cut_target=CUT_TARGET)
 
     def lines(self) -> list[str]:
         """What will be cut, in words (the console and the learn pipeline print these)."""
@@ -87,8 +107,8 @@ def turn_lengths(mask: Sequence[int]) -> list[int]:
 
 
 def measure_budgets(
-    tokenizer: Any,
-    records: Sequence[dict[str, Any]],
+    tokenizer: Tokenizer,
+    records: Sequence[EpisodeRecord],
     *,
     max_completion_length: int,
     max_turn_tokens: int | None = None,

@@ -16,11 +16,15 @@ feeds it the outcomes of all processes (the rollout gathers them), so the draws 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torch.utils.data import Sampler
 
 from deepanalyze_env.trainers.curriculum import SuccessRateCurriculum
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from trl import GRPOTrainer
 
 
 class CurriculumSampler(Sampler[int]):
@@ -55,14 +59,14 @@ class CurriculumSampler(Sampler[int]):
         return batches * self.batch_size * self.mini_repeat_count * self.repeat_count
 
 
-def curriculum_trainer_class(base: Any, curriculum: SuccessRateCurriculum) -> Any:
+def curriculum_trainer_class(base: type[GRPOTrainer], curriculum: SuccessRateCurriculum) -> type[GRPOTrainer]:
     """A ``GRPOTrainer`` subclass whose train sampler is the curriculum (TRL itself unpatched)."""
 
     class CurriculumGRPOTrainer(base):
         """The user's trainer class with one change: tasks are drawn by the curriculum's
         weights, so GRPO's groups come from tasks whose episodes can differ."""
 
-        def _get_train_sampler(self, dataset: Any = None) -> Sampler:
+        def _get_train_sampler(self, dataset: Dataset | None = None) -> Sampler:
             dataset = self.train_dataset if dataset is None else dataset
             if len(dataset) != len(curriculum.task_ids):
                 raise ValueError(

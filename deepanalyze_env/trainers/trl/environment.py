@@ -30,14 +30,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.config import EnvConfig, to_plain
-from deepanalyze_env.core.contracts import FinalMetadata
+from deepanalyze_env.core.contracts import FinalMetadata, JsonObject, JsonValue, trainable
 from deepanalyze_env.core.env import DeepAnalyzeEnv, load_system_prompt
 from deepanalyze_env.core.tool_calls import ParsedTurn, ToolCall, check_call
-from deepanalyze_env.trainers.trl.rollout import log_episode_metrics
+from deepanalyze_env.trainers.trl.rollout_func import MetricLogger, log_episode_metrics
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +49,11 @@ class DeepAnalyzeToolEnvironment:
     of a dataset row, the two public methods are the tools, ``get_reward`` is the env's reward
     (None for an episode that must not train: ``verifier_error`` or ``environment_error``)."""
 
-    def __init__(self, env_config: dict[str, Any]) -> None:
+    def __init__(self, env_config: JsonObject) -> None:
         self._config = env_config
         self._env: DeepAnalyzeEnv | None = None
 
-    def reset(self, **row: Any) -> None:
+    def reset(self, **row: JsonValue) -> None:
         """Start an episode of ``row`` (a dataset row of ours: ``prompt``, ``reward_spec`` as a
         mapping or JSON text, ``data``, ``workspace_id``, …); the previous one is closed (its
         record written when ``records_dir`` is set). Returns None: the prompt is the row's."""
@@ -90,7 +89,9 @@ class DeepAnalyzeToolEnvironment:
         ``submit_answer`` ends here (``eos``: the gate fails). None for an episode that must stay
         out of the gradient, as the ``rollout_func`` path returns."""
         meta = self._final()
-        if meta is None or meta["reward_status"] != "scored":
+        # TRL masks a completion its budget cut (mask_truncated_completions); the env never ends
+        # an episode for length on this path, so only the status decides
+        if meta is None or not trainable(meta["reward_status"], meta["termination"], score_truncated=True):
             return None
         return self._env.final_reward if self._env is not None else None
 
@@ -103,7 +104,7 @@ class DeepAnalyzeToolEnvironment:
             env.end_with_eos("")
         return env.final_metadata
 
-    def _call(self, name: str, arguments: dict[str, Any]) -> str:
+    def _call(self, name: str, arguments: JsonObject) -> str:
         env = self._env
         if env is None:
             return NOT_STARTED
@@ -134,7 +135,9 @@ class DeepAnalyzeToolEnvironment:
             pass
 
 
-def episode_metrics(environments: Sequence[Any], log_metric: Any = None, **_: Any) -> list[float | None]:
+def episode_metrics(
+    environments: Sequence[object], log_metric: MetricLogger | None = None, **_: object
+) -> list[float | None]:
     """A reward function for TRL's logs on this path (the train command adds it with weight 0):
     the batch's component means, statuses and terminations logged as on the ``rollout_func``
     path; it returns the env's rewards, which the weight keeps out of the total (``get_reward``
@@ -156,7 +159,7 @@ class EnvironmentFactory:
     so that :meth:`close` can end their last episodes (TRL reuses instances across batches and
     never closes them, and an episode's record is written when it closes)."""
 
-    def __init__(self, env_config: dict[str, Any]) -> None:
+    def __init__(self, env_config: JsonObject) -> None:
         self.env_config = env_config
         self.instances: list[DeepAnalyzeToolEnvironment] = []
 
@@ -171,7 +174,7 @@ class EnvironmentFactory:
             instance._close()
 
 
-def environment_factory(env_config: Any = None) -> EnvironmentFactory:
+def environment_factory(env_config: EnvConfig | JsonObject | None = None) -> EnvironmentFactory:
     """The zero-argument callable for ``GRPOTrainer(environment_factory=…)``: ``env_config`` is
     validated once here. ``action_format`` is ``tools`` whatever it says, and the env adds no
     system prompt of its own: TRL generates from the dataset's prompt, where
@@ -182,7 +185,9 @@ def environment_factory(env_config: Any = None) -> EnvironmentFactory:
     return EnvironmentFactory(config)
 
 
-def tool_dataset_rows(rows: Sequence[dict[str, Any]], env_config: Any = None) -> list[dict[str, Any]]:
+def tool_dataset_rows(
+    rows: Sequence[JsonObject], env_config: EnvConfig | JsonObject | None = None
+) -> list[JsonObject]:
     """Rows for ``datasets.Dataset.from_list`` on this path: the prompt (with the tools system
     prompt when ``env_config.system_prompt`` names one, since TRL generates from the dataset's
     prompt), ``reward_spec`` as JSON text (Arrow cannot hold every task's spec in one column),
@@ -200,7 +205,7 @@ def tool_dataset_rows(rows: Sequence[dict[str, Any]], env_config: Any = None) ->
                 messages[0]["content"] = system + "\n\n" + messages[0]["content"]
             else:
                 messages.insert(0, {"role": "system", "content": system})
-        item = {"prompt": messages}
+        item: JsonObject = {"prompt": messages}
         for key in ("task_id", "data", "workspace_id", "input_seq", "max_turns"):
             if row.get(key) is not None:
                 item[key] = row[key]

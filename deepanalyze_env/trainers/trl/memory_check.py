@@ -22,9 +22,16 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.core.memory import PeakWatch, own_hwm, reset_own_hwm
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from deepanalyze_env.trainers.trl.rollout_func import RolloutOutput
+    from deepanalyze_env.trainers.trl.turns import RolloutTrainer
 
 GROUP = 3  # episodes per group in the synthetic batch (the main job's group size)
 
@@ -52,7 +59,7 @@ def _rss() -> int:
         return int(fh.read().split()[1]) * 4096
 
 
-def _measure_floor(model: Any) -> int:
+def _measure_floor(model: PreTrainedModel) -> int:
     """Resident bytes with weights, gradients and AdamW state allocated (a step on 8 tokens)."""
     import torch
 
@@ -83,12 +90,11 @@ def run_check(
     recipe's micro-batch is kept and gradient accumulation makes up the batch."""
     import trl
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
-    from deepanalyze_env.core.models import resolve_model
+    from deepanalyze_env.generation.models import load_tokenizer, resolve_model
     from deepanalyze_env.trainers.recipes import load_recipe
     from deepanalyze_env.trainers.trl.policy import load_trainable
-    from deepanalyze_env.trainers.trl.rollout import environment_reward
+    from deepanalyze_env.trainers.trl.rollout_func import environment_reward
     from deepanalyze_env.trainers.trl.train import _grpo_config
 
     recipe = load_recipe(recipe_path, overrides)
@@ -106,7 +112,7 @@ def run_check(
     config = _grpo_config(recipe, out, cuda=False)
     config.save_strategy = "no"
     model_dir = resolve_model(recipe.model)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(recipe.model, where=recipe.source)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = load_trainable(model_dir, cuda=False, return_freed=not glibc_default)
@@ -116,10 +122,10 @@ def run_check(
     vocab = [i for i in range(len(tokenizer)) if i not in set(tokenizer.all_special_ids)]
     watch = PeakWatch(phase_name="setup")
 
-    def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+    def rollout(prompts: list[list[JsonObject]], trainer: RolloutTrainer) -> RolloutOutput:
         watch.phase("rollout")
         n = len(prompts)
-        result = {
+        result: RolloutOutput = {
             "prompt_ids": [[rng.choice(vocab) for _ in range(prompt_tokens)] for _ in range(n)],
             "completion_ids": [
                 [rng.choice(vocab) for _ in range(completion_tokens)] + [tokenizer.eos_token_id]

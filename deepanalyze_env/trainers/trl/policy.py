@@ -10,12 +10,15 @@ checkpoint's own dtype and attention.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from deepanalyze_env.core.memory import return_freed_buffers
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
-def load_trainable(model_dir: str, cuda: bool, *, return_freed: bool = True) -> Any:
+
+def load_trainable(model_dir: str, cuda: bool, *, return_freed: bool = True) -> PreTrainedModel:
     """The policy, ready for a trainer. ``return_freed`` False keeps glibc's default allocator
     behaviour (for measuring what it costs, ``benchmarks/memory.py``)."""
     import torch

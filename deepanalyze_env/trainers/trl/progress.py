@@ -16,10 +16,13 @@ Usage::
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+if TYPE_CHECKING:
+    from transformers import Trainer
 
 
 def _callback_class() -> type:
@@ -32,7 +35,7 @@ def _callback_class() -> type:
             self.console = console
             self.label = label
             self.progress: Progress | None = None
-            self.task: Any = None
+            self.task: TaskID | None = None
 
         def on_train_begin(self, args, state, control, **kwargs):
             if not getattr(state, "is_world_process_zero", True):
@@ -71,7 +74,7 @@ class _NoneRewardFilter(logging.Filter):
         return "All reward functions returned None" not in record.getMessage()
 
 
-def quiet_console(trainer: Any, console: Console, label: str) -> None:
+def quiet_console(trainer: Trainer, console: Console, label: str) -> None:
     """Remove the trainer's raw-dict printers and add the rich step bar."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 

@@ -15,14 +15,15 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from rich.console import Console
 from rich.table import Table
 
 from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.core.filters import FilterError
-from deepanalyze_env.core.models import resolve_model
+from deepanalyze_env.generation.models import load_tokenizer, resolve_model
 from deepanalyze_env.trainers.recipes import Recipe
 from deepanalyze_env.trainers.trl.policy import load_trainable
 from deepanalyze_env.trainers.trl.progress import quiet_console
@@ -34,6 +35,10 @@ from deepanalyze_env.trainers.trl.sft_data import (
     render_episode,
     select_records,
 )
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from trl import SFTConfig
 
 log = logging.getLogger(__name__)
 console = Console()
@@ -126,7 +131,16 @@ def plot_loss(metrics_path: Path, png_path: Path) -> None:
     plt.close(fig)
 
 
-def trained_counts(dataset: Any, rendered: int, config: Any) -> dict[str, Any]:
+class TrainedCounts(TypedDict):
+    """What TRL trains on, as ``sft_data.json`` reports it."""
+
+    examples_trained: int
+    examples_dropped_by_trl: int | None  # None with packing (rows are regrouped)
+    policy_tokens: int
+    masked_tokens: int
+
+
+def trained_counts(dataset: Dataset, rendered: int, config: SFTConfig) -> TrainedCounts:
     """What TRL will train on, read from its prepared dataset (after it cut episodes to
     ``max_length`` and dropped those left without a policy token): ``sft_data.json``'s figures,
     so they never overstate the training data."""
@@ -142,7 +156,7 @@ def trained_counts(dataset: Any, rendered: int, config: Any) -> dict[str, Any]:
     }
 
 
-def _summary_table(info: dict[str, Any]) -> Table:
+def _summary_table(info: JsonObject) -> Table:
     table = Table(title="SFT data (as TRL trains it)", title_justify="left")
     table.add_column("")
     table.add_column("value", justify="right")
@@ -160,7 +174,6 @@ def train_sft(recipe: Recipe, check: bool = False) -> int:
         import torch
         import trl
         from datasets import Dataset
-        from transformers import AutoTokenizer
     except ImportError as exc:
         raise ConfigError(f"backend trl-sft needs the trl extra: pip install -e '.[trl]' ({exc})")
 
@@ -175,7 +188,7 @@ def train_sft(recipe: Recipe, check: bool = False) -> int:
         )
         return 0
     model_dir = resolve_model(recipe.model)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(recipe.model, where=recipe.source)
     template = recipe.chat_template_text()
     if template is not None:  # saved with the model, so GRPO and evals render with it too
         tokenizer.chat_template = template

@@ -2,7 +2,7 @@
 
 A record (docs/design.md §9) holds the prompt messages the env built (system prompt included),
 then the policy's turns with the ``<Execute>`` observations between them. It is rendered as the
-TRL rollout (:mod:`deepanalyze_env.trainers.trl.rollout`) renders a live episode: the prompt through the
+TRL rollout (:mod:`deepanalyze_env.trainers.trl.rollout_func`) renders a live episode: the prompt through the
 chat template with the generation prompt, then one completion made of each policy turn's tokens
 and each observation's tokens, both as plain text (no special-token parsing) and piece by
 piece, and the closing EOS of a finished episode. Only policy tokens carry loss; the prompt,
@@ -25,14 +25,21 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from deepanalyze_env.core import tool_calls
+from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject
 from deepanalyze_env.core.filters import RecordFilter
 from deepanalyze_env.core.records import load_run, own_turn_indices
-from deepanalyze_env.core.tag_tokens import token_rules
-from deepanalyze_env.core.tokens import prompt_token_ids, text_token_ids, tool_episode_ids, tool_prompt_ids
-from deepanalyze_env.trainers.trl.rollout import encode_observation
+from deepanalyze_env.generation.interfaces import Tokenizer
+from deepanalyze_env.generation.tag_tokens import token_rules
+from deepanalyze_env.generation.tokens import (
+    prompt_token_ids,
+    text_token_ids,
+    tool_episode_ids,
+    tool_prompt_ids,
+)
+from deepanalyze_env.trainers.trl.rollout_func import encode_observation
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +77,12 @@ class RenderedEpisode:
         ]
 
 
-def split_messages(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_messages(record: EpisodeRecord) -> tuple[list[JsonObject], list[JsonObject]]:
     """(prompt messages, episode messages): the prompt is everything before the first policy turn.
 
     The policy's turns are the last ``turns`` assistant messages: a recovered episode (a row with
     a ``prefix``) starts with replayed turns that reached the policy as part of its prompt."""
-    messages = list(record.get("messages") or [])
+    messages = cast(list[JsonObject], list(record.get("messages") or []))
     mine = own_turn_indices(record)
     if not mine:
         raise SFTDataError(f"record {record.get('episode_id')}: no policy turn in its messages")
@@ -83,10 +90,10 @@ def split_messages(record: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
 
 
 def render_record(
-    tokenizer: Any,
-    record: dict[str, Any],
+    tokenizer: Tokenizer,
+    record: EpisodeRecord,
     eos_token_id: int | None = None,
-    template_kwargs: dict[str, Any] | None = None,
+    template_kwargs: JsonObject | None = None,
 ) -> RenderedEpisode:
     """The record's tokens and loss mask, as the TRL rollout builds them for the same turns.
 
@@ -100,7 +107,7 @@ def render_record(
         str(record.get("episode_id")), prompt_token_ids(tokenizer, prompt, **(template_kwargs or {}))
     )
     for message in episode:
-        text = message.get("content") or ""
+        text = str(message.get("content") or "")
         if message.get("role") == "assistant":  # tags that are special tokens stay those tokens
             out.add(text_token_ids(tokenizer, text, token_rules(tokenizer).special_tags), 1)
         else:  # exactly as the rollout encodes observations (special framing tags kept)
@@ -112,10 +119,10 @@ def render_record(
 
 
 def render_tool_record(
-    tokenizer: Any, record: dict[str, Any], template_kwargs: dict[str, Any] | None = None
+    tokenizer: Tokenizer, record: EpisodeRecord, template_kwargs: JsonObject | None = None
 ) -> RenderedEpisode:
     """A tools-format record as TRL's ``environment_factory`` path lays it out
-    (``core.tokens.tool_prompt_ids`` / ``tool_episode_ids``): the prompt with the tools' schemas;
+    (``generation.tokens.tool_prompt_ids`` / ``tool_episode_ids``): the prompt with the tools' schemas;
     each policy turn as the text the model writes plus its end-of-message token, with loss; the
     tool results between turns as the template frames them, without loss. Results after the last
     turn are dropped (nothing trains on them)."""
@@ -134,7 +141,7 @@ def render_tool_record(
 
 
 def render_episode(
-    tokenizer: Any, record: dict[str, Any], template_kwargs: dict[str, Any] | None = None
+    tokenizer: Tokenizer, record: EpisodeRecord, template_kwargs: JsonObject | None = None
 ) -> RenderedEpisode:
     """A record in the layout of the GRPO path its action format trains on: tool-call records as
     TRL's ``environment_factory`` lays them out, tag records as our ``rollout_func`` does."""
@@ -148,9 +155,9 @@ class Selection:
     """The records chosen for SFT and how many were dropped for each reason, so a run says what it
     trained on."""
 
-    records: list[dict[str, Any]]
+    records: list[EpisodeRecord]
     total: int
-    dropped: Counter  # reason -> count
+    dropped: Counter[str]  # reason -> count
 
     def describe(self) -> str:
         parts = [f"{len(self.records)} of {self.total} records selected"]
@@ -159,7 +166,7 @@ class Selection:
 
 
 def select_records(
-    records: Iterable[dict[str, Any]], keep: str | None = None, statuses: Sequence[str] = USABLE_STATUSES
+    records: Iterable[EpisodeRecord], keep: str | None = None, statuses: Sequence[str] = USABLE_STATUSES
 ) -> Selection:
     """Records whose status is usable and that match ``keep`` (the ``rollout --keep`` language)."""
     bad = [s for s in statuses if s in UNUSABLE_STATUSES]
@@ -169,8 +176,8 @@ def select_records(
             f"or it never ended (usable: {', '.join(USABLE_STATUSES)})"
         )
     matcher = RecordFilter(keep) if keep else None
-    chosen: list[dict[str, Any]] = []
-    dropped: Counter = Counter()
+    chosen: list[EpisodeRecord] = []
+    dropped: Counter[str] = Counter()
     total = 0
     for record in records:
         total += 1
@@ -186,12 +193,12 @@ def select_records(
     return Selection(chosen, total, dropped)
 
 
-def load_records(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
+def load_records(paths: Sequence[str | Path]) -> list[EpisodeRecord]:
     """Records from JSONL files or run folders (``rollout --out``, a train ``output_dir``)."""
-    records: list[dict[str, Any]] = []
+    records: list[EpisodeRecord] = []
     for path in paths:
         try:
-            records.extend(load_run(path).records)
+            records.extend(cast(list[EpisodeRecord], load_run(path).records))
         except FileNotFoundError:
             raise SFTDataError(f"no such records file or run folder: {path}")
         except ValueError as exc:
@@ -199,7 +206,7 @@ def load_records(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
     return records
 
 
-def sft_rows(tokenizer: Any, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def sft_rows(tokenizer: Tokenizer, records: Sequence[EpisodeRecord]) -> list[dict[str, list[int]]]:
     """Pre-tokenised rows for ``trl.SFTTrainer`` (``input_ids`` and ``labels``; TRL keeps given labels)."""
     rows = []
     for record in records:

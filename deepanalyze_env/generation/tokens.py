@@ -10,21 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Protocol
 
 from deepanalyze_env.core.contracts import ChatMessage
-
-
-class Tokenizer(Protocol):
-    """What these functions use of a Hugging Face tokenizer (a third-party object without stubs,
-    described here so that no tokenizer library is imported)."""
-
-    chat_template: str | None
-    eos_token_id: int
-
-    def apply_chat_template(self, conversation: list[ChatMessage], **options: object) -> object: ...
-
-    def encode(self, text: str, **options: object) -> list[int]: ...
+from deepanalyze_env.generation.interfaces import Tokenizer
 
 
 def prompt_token_ids(

@@ -1,7 +1,7 @@
 """Multi-turn generation with a KV cache kept across an episode's turns (local models only).
 
 Both local generation paths — the eval/rollout policy (``offline/policies.py``) and the TRL
-rollout with the trainer's own model (``trainers/trl/rollout.py``) — generate one turn for every
+rollout with the trainer's own model (``trainers/trl/rollout_func.py``) — generate one turn for every
 episode in flight, step the env, append the observation and generate again. Re-reading the
 whole conversation each turn made prefill the larger part of a rollout (issue 27: ~390 s of
 re-reading against ~130 s of decoding for 24 episodes x 3 turns on two cores). This engine keeps
@@ -19,11 +19,10 @@ what it computed instead:
   cache (HF's ``DynamicCache`` concatenates every layer every step). The buffer grows in chunks
   of ``grow`` positions; finished rows are dropped from the batch in one copy once a quarter of
   it has finished.
-- **Stops without text scans.** A turn ends at the token that completes ``</Code>`` or
-  ``</Answer>`` (a token such as ``>\\n`` that completes the tag is kept whole), at an EOS id, or
-  at its token cap. Every closing tag ends in ``>``, so only a sampled token whose text holds a
-  ``>`` (a table over the vocabulary, built once per tokenizer) or a stop id can complete one;
-  only then is the turn's tail decoded and checked for a tag.
+- **Stops without text scans.** A turn ends where ``turn_end`` says: at the token that completes
+  ``</Code>`` or ``</Answer>`` (kept whole), at an EOS id, or at its token cap. Only a sampled
+  token that :func:`~deepanalyze_env.generation.turn_end.stop_candidates` marks (its text holds a
+  ``>``, or it is a stop id) can complete a tag; only then is the turn's tail decoded.
 
 Greedy turns are the tokens ``generate`` produces on the re-read conversation (tested on the
 embedded SmolLM2), up to float rounding of the different kernel shapes. Sampling rule: each
@@ -31,8 +30,9 @@ request carries a seed and draws from its own ``torch.Generator`` seeded with it
 turn does not depend on which other turns share its batch (up to that rounding).
 
 Weights must not change while entries are kept: the TRL rollout clears the engine at the end
-of every rollout call; a policy keeps one engine for its fixed model. torch is imported lazily
-(the core imports without it).
+of every rollout call; a policy keeps one engine for its fixed model. Where a turn ends is
+``turn_end``'s rule; the per-call cache is ``kv_buffer``, the sampling rule ``sampling``. torch
+is imported when the engine first runs, so importing the trainers' modules stays cheap.
 """
 
 from __future__ import annotations
@@ -40,21 +40,24 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING
 
-from deepanalyze_env.core import protocol
+from deepanalyze_env.generation.interfaces import CausalLM, Tokenizer
+from deepanalyze_env.generation.kv_buffer import CacheEntry, KVBuffer, common_prefix
+from deepanalyze_env.generation.sampling import Sampler
+from deepanalyze_env.generation.turn_end import TurnEnd, completes_stop, stop_candidates
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
-Finish = Literal["stop", "eos", "length"]
-
 # Generation options this engine does not implement: a caller whose config sets one of them
 # (to a non-neutral value) must use ``generate`` instead (see ``unsupported_options``).
-_NEUTRAL: dict[str, tuple[Any, ...]] = {
+_NEUTRAL: dict[str, tuple[float | None, ...]] = {
     "num_beams": (None, 1),
     "repetition_penalty": (None, 1.0),
     "min_p": (None, 0.0),
@@ -77,7 +80,7 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
 }
 
 
-def unsupported_options(config: Any) -> list[str]:
+def unsupported_options(config: object) -> list[str]:
     """Names of the options set in a ``GenerationConfig`` that this engine would ignore."""
     return [
         name
@@ -100,7 +103,7 @@ class GenResult:
     """The turn's tokens; when ``finish`` is ``stop`` or ``eos`` the last one ended it."""
 
     ids: list[int]
-    finish: Finish
+    finish: TurnEnd
     reused: int  # context tokens whose keys and values came from the cache
     prefilled: int  # context tokens computed for this turn
     shared: int = 0  # context tokens copied from another request of the same call (shared prefix)
@@ -121,84 +124,6 @@ class EngineStats:
     steps: dict[int, list[float]] = field(default_factory=dict)
 
 
-@dataclass
-class _Entry:
-    ids: list[int]
-    kv: Any  # [layers, 2, kv_heads, len(ids), head_dim]
-
-
-class _Buffer:
-    """The per-call cache: ``kv[layer, 0|1, row, head, position, dim]``, written in place.
-
-    The model's attention layers call :meth:`update`; ``rows`` selects the row being prefilled
-    (one row at a time) or all rows (decode), ``start`` the position the new keys go to and
-    ``offset`` the first position the attention reads (a prefilled row reads from its own start,
-    so it needs no padding mask).
-    """
-
-    is_compileable = False
-    is_sliding = False
-
-    def __init__(self, kv: Any):
-        self.kv = kv
-        self.rows: slice = slice(None)
-        self.start = 0
-        self.offset = 0
-
-    def update(self, key: Any, value: Any, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        end = self.start + key.shape[2]
-        k = self.kv[layer_idx, 0, self.rows]
-        v = self.kv[layer_idx, 1, self.rows]
-        k[:, :, self.start : end] = key
-        v[:, :, self.start : end] = value
-        return k[:, :, self.offset : end], v[:, :, self.offset : end]
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.start
-
-    def __len__(self) -> int:
-        return int(self.kv.shape[0])
-
-
-_CANDIDATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def stop_candidates(tokenizer: Any, stop_ids: Iterable[int] = ()) -> list[bool]:
-    """Per token id: can this token complete a stop tag? (its text holds a tag's last character,
-    or it is a stop id). Cached per tokenizer object and vocabulary size."""
-    key = len(tokenizer)
-    try:
-        cached = _CANDIDATES.get(tokenizer)
-    except TypeError:
-        cached = None
-    if cached is None or cached[0] != key:
-        last = {tag[-1] for tag in protocol.STOP_TAGS}
-        pieces = tokenizer.batch_decode([[i] for i in range(key)], skip_special_tokens=False)
-        table = [any(c in piece for c in last) for piece in pieces]
-        cached = (key, table)
-        try:
-            _CANDIDATES[tokenizer] = cached
-        except TypeError:
-            pass
-    table = list(cached[1])
-    for i in stop_ids:
-        if 0 <= i < len(table):
-            table[i] = True
-    return table
-
-
-def tag_completed(tokenizer: Any, turn: Sequence[int]) -> bool:
-    """Does the turn's text hold a stop tag that its last token completes? Only the tail that can
-    hold one is decoded: a tag of n characters spans at most n tokens."""
-    width = max(len(t) for t in protocol.STOP_TAGS) + 1
-    tail = list(turn[-width:])
-    text = tokenizer.decode(tail, skip_special_tokens=False)
-    if not any(tag in text for tag in protocol.STOP_TAGS):
-        return False
-    before = tokenizer.decode(tail[:-1], skip_special_tokens=False)
-    return not any(tag in before for tag in protocol.STOP_TAGS)
-
-
 class GenerationEngine:
     """Generates one turn for each request, reusing the keys and values of earlier turns.
 
@@ -211,7 +136,7 @@ class GenerationEngine:
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         *,
         eos_ids: Iterable[int],
         stop_ids: Iterable[int] = (),
@@ -227,16 +152,18 @@ class GenerationEngine:
         self.eos_ids = sorted({int(i) for i in eos_ids if i is not None})
         self.stop_ids = sorted({int(i) for i in stop_ids})
         self.stop_tags = stop_tags
-        self.temperature = float(temperature or 0.0)
-        self.top_k = int(top_k or 0)
-        self.top_p = float(top_p) if top_p is not None else 1.0
+        self.sampler = Sampler(
+            temperature=float(temperature or 0.0),
+            top_k=int(top_k or 0),
+            top_p=float(top_p) if top_p is not None else 1.0,
+        )
         self.max_entries = max_entries
         self.grow = grow
         self.prefill_chunk = prefill_chunk
         self.stats = EngineStats()
-        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._entries: OrderedDict[int, CacheEntry] = OrderedDict()
         self._next_key = 0
-        self._tables: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._tables: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self._cache_kw: dict[int, str] = {}
 
     # -- cache bookkeeping
@@ -252,24 +179,24 @@ class GenerationEngine:
     def cached_episodes(self) -> int:
         return len(self._entries)
 
-    def _take(self, ids: list[int]) -> _Entry | None:
+    def _take(self, ids: list[int]) -> CacheEntry | None:
         """Remove and return the entry sharing the longest prefix with ``ids``, cut to that prefix
         (keys and values of a prefix do not depend on what follows it). At least one token of
         ``ids`` stays to be fed. A caller that re-tokenises a turn's text differently from the
         sampled ids still reuses everything before the first difference."""
         best_key, best_len = None, 0
         for key, entry in self._entries.items():
-            n = _common_prefix(entry.ids, ids, len(ids) - 1)
+            n = common_prefix(entry.ids, ids, len(ids) - 1)
             if n > best_len:
                 best_key, best_len = key, n
         if best_key is None:
             return None
         entry = self._entries.pop(best_key)
         if best_len < len(entry.ids):
-            entry = _Entry(entry.ids[:best_len], entry.kv[:, :, :, :best_len])
+            entry = CacheEntry(entry.ids[:best_len], entry.kv[:, :, :, :best_len])
         return entry
 
-    def _put(self, entry: _Entry) -> None:
+    def _put(self, entry: CacheEntry) -> None:
         self._entries[self._next_key] = entry
         self._next_key += 1
         while len(self._entries) > self.max_entries:
@@ -277,7 +204,7 @@ class GenerationEngine:
 
     # -- model plumbing
 
-    def _cache_kwarg(self, model: Any) -> str:
+    def _cache_kwarg(self, model: CausalLM) -> str:
         """``cache`` in transformers 5, ``past_key_values`` before."""
         key = id(model)
         if key not in self._cache_kw:
@@ -285,7 +212,7 @@ class GenerationEngine:
             self._cache_kw[key] = "cache" if "cache" in params else "past_key_values"
         return self._cache_kw[key]
 
-    def _device_tables(self, device: Any, vocab: int) -> tuple[Any, Any]:
+    def _device_tables(self, device: torch.device, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
         import torch
 
         key = (str(device), vocab)
@@ -302,7 +229,14 @@ class GenerationEngine:
             self._tables[key] = (torch.tensor(cand, dtype=torch.bool, device=device), eos.to(device))
         return self._tables[key]
 
-    def _forward(self, model: Any, buffer: _Buffer, ids: Any, positions: Any, mask: Any) -> Any:
+    def _forward(
+        self,
+        model: CausalLM,
+        buffer: KVBuffer,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
         """One forward; ``mask`` is boolean (True = attend) and goes in additive (0 / dtype min),
         the form every attention implementation adds to its scores — eager attention would add
         a boolean mask as 0/1 — built once per forward rather than once per layer."""
@@ -322,29 +256,9 @@ class GenerationEngine:
         )
         return out.logits[:, -1, :]
 
-    # -- sampling
-
-    def _pick(self, logits: Any, generators: list[Any]) -> Any:
-        import torch
-
-        if self.temperature <= 0:
-            return logits.argmax(dim=-1)
-        scores = logits.float() / self.temperature
-        if self.top_k > 0:
-            kth = torch.topk(scores, min(self.top_k, scores.shape[-1]), dim=-1).values[:, -1:]
-            scores = scores.masked_fill(scores < kth, float("-inf"))
-        if self.top_p < 1.0:
-            ordered, order = torch.sort(scores, descending=True, dim=-1)
-            cum = ordered.softmax(dim=-1).cumsum(dim=-1)
-            drop = cum - ordered.softmax(dim=-1) > self.top_p  # keep the smallest set reaching top_p
-            scores = scores.scatter(-1, order, ordered.masked_fill(drop, float("-inf")))
-        probs = scores.softmax(dim=-1)
-        picks = [torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(generators)]
-        return torch.cat(picks)
-
     # -- one call
 
-    def generate(self, model: Any, requests: Sequence[GenRequest]) -> list[GenResult]:
+    def generate(self, model: CausalLM, requests: Sequence[GenRequest]) -> list[GenResult]:
         """One turn per request, decoded as one batch. Call under ``torch.no_grad()``."""
         import torch
 
@@ -373,7 +287,7 @@ class GenerationEngine:
         width = max(len(r.ids) for r in requests)  # every row ends its context at position `width`
         capacity = width + min(max(r.max_new for r in requests), self.grow)
         kv = torch.zeros((layers, 2, rows, heads, capacity, dim), dtype=dtype, device=device)
-        buffer = _Buffer(kv)
+        buffer = KVBuffer(kv)
         offsets = [width - len(r.ids) for r in requests]
 
         last_logits, shared = self._prefill(model, requests, taken, cached, suffix, buffer, offsets, width)
@@ -392,15 +306,15 @@ class GenerationEngine:
 
     def _prefill(
         self,
-        model: Any,
+        model: CausalLM,
         requests: Sequence[GenRequest],
-        taken: list[_Entry | None],
+        taken: list[CacheEntry | None],
         cached: list[int],
         suffix: list[int],
-        buffer: _Buffer,
+        buffer: KVBuffer,
         offsets: list[int],
         width: int,
-    ) -> tuple[list[Any], list[int]]:
+    ) -> tuple[list[torch.Tensor], list[int]]:
         """Fill each row's cache up to ``width``: a kept entry's positions are copied, a prefix
         another row of this call already computed (a GRPO group's prompt) is shared, the rest is
         fed in chunks. Updates ``cached`` and ``suffix`` for shared prefixes; returns each row's
@@ -421,7 +335,7 @@ class GenerationEngine:
             else:  # a prefix computed for another row of this call (a GRPO group's prompt)
                 share_row, share_len = None, 0
                 for row, ctx in done_prefixes:
-                    n = _common_prefix(ctx, r.ids, len(r.ids) - 1)
+                    n = common_prefix(ctx, r.ids, len(r.ids) - 1)
                     if n > share_len:
                         share_row, share_len = row, n
                 if share_row is not None and share_len > 0:
@@ -451,14 +365,14 @@ class GenerationEngine:
 
     def _decode(
         self,
-        model: Any,
+        model: CausalLM,
         requests: Sequence[GenRequest],
-        buffer: _Buffer,
+        buffer: KVBuffer,
         offsets: list[int],
         width: int,
         capacity: int,
-        last_logits: list[Any],
-    ) -> tuple[list[list[int]], list[Finish | None]]:
+        last_logits: list[torch.Tensor],
+    ) -> tuple[list[list[int]], list[TurnEnd | None]]:
         """Decode every row together at one shared write position until each has stopped (end
         token, a completed closing tag, or its ``max_new``); finished rows are dropped from the
         batch in bulk and their caches kept for the next turn. Returns tokens and finish reasons."""
@@ -469,7 +383,7 @@ class GenerationEngine:
         rows = len(requests)
         cand_table, eos_table = self._device_tables(device, last_logits[0].shape[-1])
         generators = []
-        if self.temperature > 0:
+        if not self.sampler.greedy:
             for r in requests:
                 g = torch.Generator(device=device)
                 g.manual_seed(int(r.seed) & 0xFFFFFFFFFFFF)
@@ -477,7 +391,7 @@ class GenerationEngine:
         logits = torch.cat(last_logits)
         live = list(range(rows))  # request index of each batch row
         outputs: list[list[int]] = [[] for _ in requests]
-        finish: list[Finish | None] = [None] * rows
+        finish: list[TurnEnd | None] = [None] * rows
         ends = [0] * rows  # first position after a finished row's fed tokens
         caps = torch.tensor([r.max_new for r in requests], device=device)
         positions = torch.tensor([len(r.ids) for r in requests], device=device)
@@ -487,7 +401,7 @@ class GenerationEngine:
         step = 0
         dead = 0
         while True:
-            tokens = self._pick(logits, [generators[i] for i in live] if generators else [])
+            tokens = self.sampler.pick(logits, [generators[i] for i in live] if generators else [])
             flags = eos_table[tokens] | cand_table[tokens] | (caps[live] <= step + 1)
             tokens_list = tokens.tolist()
             for j, i in enumerate(live):
@@ -499,10 +413,10 @@ class GenerationEngine:
                     if finish[i] is not None:
                         continue
                     token = tokens_list[j]
-                    end: Finish | None = None
+                    end: TurnEnd | None = None
                     if token in self.eos_ids:
                         end = "eos"
-                    elif cand_table[token] and tag_completed(self.tok, outputs[i]):
+                    elif cand_table[token] and completes_stop(self.tok, outputs[i]):
                         end = "stop"
                     elif len(outputs[i]) >= requests[i].max_new:
                         end = "length"
@@ -549,18 +463,9 @@ class GenerationEngine:
             self._store(requests[i], outputs[i], kv[:, :, j, :, offsets[i] : ends[i]])
         return outputs, finish
 
-    def _store(self, request: GenRequest, output: list[int], kv: Any) -> None:
+    def _store(self, request: GenRequest, output: list[int], kv: torch.Tensor) -> None:
         """Keep a finished row: its context and every generated token but the last (never fed)."""
         ids = list(request.ids) + output[:-1]
         if kv.shape[3] != len(ids):
             raise RuntimeError(f"cache rows out of step: {kv.shape[3]} positions for {len(ids)} tokens")
-        self._put(_Entry(ids, kv.clone()))
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if n >= limit or x != y:
-            break
-        n += 1
-    return n
+        self._put(CacheEntry(ids, kv.clone()))
