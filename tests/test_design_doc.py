@@ -111,3 +111,38 @@ def test_the_checker_rejects_an_unnamed_word():
     """Negative control: a key that is not in the doc is reported."""
     assert not _named("no_such_setting_anywhere")
     assert not _named("--no-such-flag")
+
+
+# ---------------------------------------------------------------------------- §2: layout and layers
+
+SECTION_2 = DOC[DOC.index("## 2. Layout and layers") : DOC.index("## 3. Data flow")]
+ROOT = Path(__file__).resolve().parent.parent
+MODULES = sorted(
+    str(p.relative_to(ROOT))
+    for package in ("deepanalyze_env", "rewards", "tools")
+    for p in (ROOT / package).rglob("*.py")
+    if p.name != "__init__.py"
+)
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_module_is_named_in_the_layout(module):
+    """Each file by its name, and every folder on its path (``families/``, ``judge/`` …)."""
+    parts = Path(module).parts
+    assert re.search(rf"(?<![\w.]){re.escape(parts[-1])}", SECTION_2), f"§2 does not name {module}"
+    for folder in parts[1:-1]:
+        assert f"{folder}/" in SECTION_2, f"§2 does not name the folder of {module}"
+
+
+def _layer_table() -> dict[str, tuple[str, ...]]:
+    rows = re.findall(r"^\| `([\w.]+)` \| (.+) \|$", SECTION_2, flags=re.M)
+    return {layer: tuple(re.findall(r"`([\w.]+)`", banned)) for layer, banned in rows}
+
+
+def test_the_layer_table_is_what_the_layer_test_enforces():
+    from tests.test_layers import FORBIDDEN
+
+    table = _layer_table()
+    assert set(table) == set(FORBIDDEN)
+    for layer, banned in FORBIDDEN.items():
+        assert set(table[layer]) == set(banned), layer
