@@ -111,21 +111,15 @@ class CallFigures(TypedDict):
     latency_ms_p90: float | None
 
 
-class JudgeEvalMetrics(TypedDict):
-    """The aggregate metrics of a judge evaluation (:func:`evaluate_cases`)."""
+class JudgeEvalMetrics(CallFigures):
+    """The aggregate metrics of a judge evaluation (:func:`evaluate_cases`): the call counts,
+    then what the scores say."""
 
     n_cases: int
     n_candidates: int
     n_samples: int
     n_scored: int
     n_unscored_candidates: int
-    n_calls: int
-    n_replies: int
-    n_cached: int
-    n_parse_failures: int
-    n_call_errors: int
-    n_other_errors: int
-    parse_failure_rate: float | None
     per_label_mean: dict[str, float | None]
     per_label_n: dict[str, int]
     ordering_accuracy: float | None
@@ -133,8 +127,6 @@ class JudgeEvalMetrics(TypedDict):
     ordering_by_pair: dict[str, PairAccuracy]
     score_std_across_repeats: float | None
     n_std_candidates: int
-    latency_ms_p50: float | None
-    latency_ms_p90: float | None
     per_judge: dict[str, JudgeFigures]
 
 

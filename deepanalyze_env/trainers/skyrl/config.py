@@ -123,7 +123,7 @@ def parse_config(overrides: list[str] | dict[str, JsonValue]) -> DeepAnalyzeSkyR
     if env_raw is not None and not OmegaConf.is_dict(env_raw):
         raise ConfigError(f"{ENV_SECTION} must be a mapping")
     env = EnvConfig.from_any(env_raw, path=ENV_SECTION)
-    required_stops = TOOL_STOP if env.action_format == "tools" else STOP
+    required_stops = list(turn_stops(action_format=env.action_format).strings)
     dotlist = _dotlist(defaults_for(env.action_format)) + user
     try:
         cfg = DeepAnalyzeSkyRLConfig.from_cli_overrides(dotlist)
