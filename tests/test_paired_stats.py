@@ -94,3 +94,15 @@ def test_no_difference_is_not_above_zero():
     test = accuracy_test(compare_runs(*runs([(True, True), (False, False)] * 5)))
     assert test["mean_diff"] == 0 and test["mcnemar_p"] == 1.0
     assert not above_zero(test)
+
+
+def test_accuracy_interval():
+    from deepanalyze_env.offline.paired import accuracy_interval
+
+    a, _ = runs([(True, True)] * 6 + [(False, False)] * 18)
+    acc = accuracy_interval(a)
+    assert acc["tasks"] == 24 and math.isclose(acc["accuracy"], 0.25)
+    low, high = acc["ci95"]
+    assert 0 < low < 0.25 < high
+    none = accuracy_interval(runs([(False, False)] * 4)[0])
+    assert none["accuracy"] == 0 and none["ci95"] == (0.0, 0.0)

@@ -13,9 +13,12 @@ task the per-task pass@1 is a fraction and only the bootstrap applies (``mcnemar
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TypedDict
 
+from deepanalyze_env.offline.eval_report import ReportRecord, per_task_means
 from deepanalyze_env.offline.eval_schema import Comparison
+from deepanalyze_env.offline.report import bootstrap_ci, mean
 
 METRIC = "pass@1"  # the per-task accuracy that compare_runs pairs
 
@@ -76,3 +79,19 @@ def above_zero(test: AccuracyTest) -> bool:
     """B above A: every task paired and the paired 95 % interval's lower bound above 0."""
     ci = test["ci95"]
     return test["unpaired"] == 0 and ci is not None and ci[0] > 0
+
+
+class Accuracy(TypedDict):
+    """One model's accuracy (pass@1) over tasks, with the 95 % bootstrap interval over tasks."""
+
+    tasks: int
+    accuracy: float | None
+    ci95: tuple[float, float] | None
+
+
+def accuracy_interval(records: Sequence[ReportRecord]) -> Accuracy:
+    """The mean of the per-task pass@1 of an eval's records (missing episodes as placeholders,
+    ``eval_report.load_eval``) and its percentile bootstrap over tasks: the interval a claim
+    "accuracy above 0" is read from (the eval report gives one for reward and gate only)."""
+    values = [v for m in per_task_means(records).values() if (v := m["pass@1"]) is not None]
+    return {"tasks": len(values), "accuracy": mean(values), "ci95": bootstrap_ci([[v] for v in values])}
