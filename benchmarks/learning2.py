@@ -263,6 +263,12 @@ def training_seconds(summary: dict[str, Any]) -> float:
     return sum(v for k, v in summary["seconds"].items() if k != "total" and not k.startswith("eval"))
 
 
+def stage_seconds(summary: dict[str, Any]) -> float:
+    """Every stage's seconds (a reused stage counts those of the run that made it, so a rerun
+    that reuses a seed's stages reports that seed's cost, not its own few seconds)."""
+    return sum(v for k, v in summary["seconds"].items() if k != "total")
+
+
 def timed_seconds(summary: dict[str, Any]) -> float:
     """Training plus the dev evals the pipeline needs (the sampled pass@k eval excluded)."""
     return sum(v for k, v in summary["seconds"].items() if k not in ("total", "eval_sampled"))
@@ -293,9 +299,11 @@ def measure_eval(
     model: str,
     split: str,
     **kw: Any,
-) -> Path:
-    """An eval of ``model`` outside the timed pipelines, its own stage folder (reused on rerun)."""
+) -> tuple[Path, float]:
+    """An eval of ``model`` outside the timed pipelines in its own stage folder (reused on rerun):
+    the eval folder and the stage's seconds (the run that made it, when reused)."""
     folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
     stages = Stages(folder, fresh=False)
     command = eval_command(pipe, model, files[split], folder / "eval", config, **kw)
     stages.run(
@@ -306,7 +314,7 @@ def measure_eval(
         [files[split], config, *model_inputs(model)],
         eval_gap,
     )
-    return folder / "eval"
+    return folder / "eval", stages.seconds[name]
 
 
 def measure_setup(cfg: Config, root: Path, seed: int) -> tuple[Pipeline, dict[str, Path], Path]:
@@ -358,6 +366,7 @@ def rft_branch(
                 "dev": headline(dev),
                 "dev_accuracy": dict(accuracy_interval(load_eval(dev)[0])),
                 "timed_seconds": timed_seconds(r),
+                "stage_seconds": stage_seconds(r),
                 "seconds": r["seconds"],
                 "memory": r.get("memory"),
             }
@@ -373,6 +382,7 @@ def rft_branch(
         "train_seconds": last["cumulative_seconds"],
         "timed_minutes": round((shared_timed + last["timed_seconds"]) / 60, 1),
         "rounds": rounds,
+        "stage_seconds": last["stage_seconds"],
         "memory": last["memory"],
     }
 
@@ -396,28 +406,28 @@ def run_seed(cfg: Config, work: Path, seed: int, fresh: bool, branches_run: Sequ
             "train_seconds": grpo_train,
             "timed_minutes": round((shared_timed + timed_seconds(g)) / 60, 1),
             "seconds": g["seconds"],
+            "stage_seconds": stage_seconds(g),
             "steps": g["grpo_steps"],
             "memory": g.get("memory"),
         }
     if cfg.rft is not None and "rft" in branches_run:
         branches["rft"] = rft_branch(cfg, root / "rft", sft_model, seed, grpo_train, shared_timed, fresh)
-    pipeline_minutes = (time.monotonic() - start) / 60
+    pipeline_seconds = stage_seconds(sft) + sum(b["stage_seconds"] for b in branches.values())
 
     # outside the timed budget: pass@k of the SFT model, then the test split once per model
-    mstart = time.monotonic()
     pipe, files, config = measure_setup(cfg, root / "measure", seed)
     temperature = float((cfg.grpo or {}).get("set", {}).get("trl.temperature", 0.7))
-    sampled = measure_eval(
+    sampled, measure_seconds = measure_eval(
         pipe, files, config, root / "measure", "passk-sft", sft_model, "dev",
         samples=cfg.pass_k, temperature=temperature,
     )  # fmt: skip
     sft_dev = last_dev_folder(sft)
     assert sft_dev is not None, "the SFT pipeline evaluates its model on dev"
     models = {"sft": sft_model, **{name: b["model"] for name, b in branches.items()}}
-    test = {
-        name: measure_eval(pipe, files, config, root / "measure", f"test-{name}", m, "test")
-        for name, m in models.items()
-    }
+    test = {}
+    for name, m in models.items():
+        test[name], seconds = measure_eval(pipe, files, config, root / "measure", f"test-{name}", m, "test")
+        measure_seconds += seconds
     dev = {"sft": sft_dev, **{name: Path(b["dev_folder"]) for name, b in branches.items()}}
     load.append(os.getloadavg()[0])
 
@@ -434,8 +444,10 @@ def run_seed(cfg: Config, work: Path, seed: int, fresh: bool, branches_run: Sequ
             "memory": sft.get("memory"),
         },
         "branches": branches,
-        "pipeline_minutes": round(pipeline_minutes, 1),
-        "measure_minutes": round((time.monotonic() - mstart) / 60, 1),
+        # stage seconds (a reused stage's from the run that made it) and this invocation's wall
+        "pipeline_minutes": round(pipeline_seconds / 60, 1),
+        "measure_minutes": round(measure_seconds / 60, 1),
+        "wall_minutes": round((time.monotonic() - start) / 60, 1),
         "dev": {name: headline(folder) for name, folder in dev.items()},
         "dev_accuracy": {name: dict(accuracy_interval(load_eval(folder)[0])) for name, folder in dev.items()},
         "test": {name: headline(folder) for name, folder in test.items()},

@@ -149,7 +149,8 @@ def seed_lines(cfg: Json, r: Json) -> list[str]:
             f"- RFT: {len(rft['rounds'])} rounds, training {rft['train_seconds'] / 60:.1f} min ({rounds})"
         )
     lines.append(
-        f"- wall: pipelines {r['pipeline_minutes']} min, measurement {r['measure_minutes']} min; "
+        f"- stage minutes: pipelines {r['pipeline_minutes']}, measurement {r['measure_minutes']} (this "
+        f"invocation's wall {r.get('wall_minutes')}); "
         f"run's peak memory (PSS of a stage's process tree) {gib(peak_memory(r))}"
     )
     return lines
@@ -318,6 +319,7 @@ def plot(results: list[Json], fams: Json, png: Path) -> None:
         [j + 0.4 - width / 2 for j in range(len(names))], names, rotation=60, ha="right", fontsize=7
     )
     right.set_title("dev accuracy per family (mean over seeds)")
+    right.set_ylim(0, 1.02)
     for ax in (left, mid, right):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:

@@ -119,3 +119,39 @@ def test_family_verdict_and_section():
     assert any("ols" in line and "not learned at this budget" in line for line in lines)
     md, summary = report(config(), [result(0)])
     assert "**PENDING**" in md and "McNemar p = 0.0100" in md and summary["seeds"] == [0]
+
+
+def test_rft_rounds_stop_at_grpo_minutes(monkeypatch, tmp_path):
+    """``learning2.rft_branch``: one round more per pipeline run (earlier rounds reused, their
+    seconds counted), until the training seconds reach GRPO's; a round that keeps nothing ends it."""
+    import learning2
+
+    calls = []
+
+    def fake_run(spec, fresh):
+        rounds = spec["rft"]["rounds"]
+        calls.append(rounds)
+        seconds = {f"rft_sample{i}": 100.0 for i in range(1, rounds + 1)}
+        seconds |= {f"rft_sft{i}": 50.0 for i in range(1, rounds + 1)} | {"eval_rft": 30.0, "total": 1.0}
+        # a round that keeps nothing trains nothing: the pipeline's model stays the last round's
+        model = f"m{min(rounds, stop_at - 1)}" if stop_at else f"m{rounds}"
+        return {
+            "model": model,
+            "seconds": seconds,
+            "dev": {"rft": {}},
+            "task_files": {"dev": str(tmp_path / "t" / "d")},
+        }
+
+    monkeypatch.setattr(learning2, "run_file", fake_run)
+    monkeypatch.setattr(learning2, "headline", lambda folder: {"accuracy": 0.0})
+    monkeypatch.setattr(learning2, "load_eval", lambda folder: ([], {}))
+    cfg = learning2.config_for("two", tiny=False)
+    stop_at = 0
+    out = learning2.rft_branch(cfg, tmp_path, "sft", 0, grpo_train=400.0, shared_timed=600.0, fresh=False)
+    assert calls == [1, 2, 3] and out["model"] == "m3"  # 150, 300, 450 s: the third reaches 400
+    assert [r["train_seconds"] for r in out["rounds"]] == [150.0, 150.0, 150.0]
+    assert out["train_seconds"] == 450.0 and out["timed_minutes"] == round((600 + 480) / 60, 1)
+    calls.clear()
+    stop_at = 2
+    out = learning2.rft_branch(cfg, tmp_path, "sft", 0, grpo_train=400.0, shared_timed=0.0, fresh=False)
+    assert calls == [1, 2] and len(out["rounds"]) == 1 and out["model"] == "m1"
