@@ -522,6 +522,9 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work) / (f"{args.task_set}-tiny" if args.tiny else args.task_set)
     work.mkdir(parents=True, exist_ok=True)
     written = work / "config.json"
+    ran = sorted(work.glob("seed*/result.json"))
+    if args.write_config and ran and json.loads(written.read_text()) != cfg.to_json():
+        sys.exit(f"{work}: seeds ran under the configuration written before; a new one needs a new --work")
     if args.write_config or args.tiny:
         written.write_text(json.dumps(cfg.to_json(), indent=2) + "\n")
         (work / "config.md").write_text(report(cfg.to_json(), [], config_only=True)[0])
@@ -538,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run_seed(cfg, work, args.seed, args.fresh, branches_to_run(cfg, args))
         print("\n".join(seed_lines(cfg.to_json(), result)))
     results = [json.loads(p.read_text()) for p in sorted(work.glob("seed*/result.json"))]
+    if not written.is_file():
+        sys.exit(f"{written}: no configuration written (--write-config)")
     md, summary = report(json.loads(written.read_text()), results, png=work / "learning2.png")
     (work / "learning2.md").write_text(md)
     (work / "learning2.json").write_text(json.dumps(summary, indent=2) + "\n")
