@@ -120,7 +120,8 @@ def test_shipped_trl_recipes_are_valid(name):
     recipe = load_recipe(root / "recipes" / name, ["trl.bf16=false", "trl.use_vllm=false"])
     config = _grpo_config(recipe, root / "runs" / "unused", cuda=False)
     assert config.num_generations >= 4 and config.temperature == 1.0
-    assert config.mask_truncated_completions is True
+    # a length cut is masked unless the recipe scores it as a failed gate (the CPU recipe does)
+    assert config.mask_truncated_completions is not recipe.rollout.get("score_truncated", False)
 
 
 @pytest.mark.parametrize(
