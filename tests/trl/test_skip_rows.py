@@ -129,7 +129,7 @@ def test_a_group_of_equal_advantages_is_exactly_zero_and_an_empty_mask_is_inert(
     assert inert_rows(batch).tolist() == [False, False, True, True, True, True]
 
 
-def test_a_kl_term_keeps_every_row(tiny_tokenizer, tmp_path):
+def test_a_kl_term_keeps_every_row():
     from deepanalyze_env.trainers.trl.skip_rows import skip_reason
 
     trainer = type("T", (), {"beta": 0.04})()
