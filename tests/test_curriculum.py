@@ -13,7 +13,12 @@ from collections import Counter
 import pytest
 
 from deepanalyze_env.core.errors import ConfigError
-from deepanalyze_env.trainers.curriculum import CurriculumConfig, SuccessRateCurriculum, success_of
+from deepanalyze_env.trainers.curriculum import (
+    CurriculumConfig,
+    SuccessRateCurriculum,
+    accuracy_tasks,
+    success_of,
+)
 
 
 def outcome(task, reward, status="scored", components=None, termination="answer"):
@@ -105,6 +110,37 @@ def test_success_reads_the_accuracy_component_before_the_reward():
     assert success_of(outcome("a", 0.5, components={"judge_accuracy": 0.5}), config) is False
     # cut for length (no trained reward): a failure, not an exclusion
     assert success_of(outcome("a", None, termination="length"), config) is False
+
+
+def test_tasks_with_an_accuracy_component_are_judged_on_accuracy_and_the_log_says_so():
+    """The learn pipeline's setting: a gate pass (reward −0.5 threshold) is no success for a task
+    whose plan can tell a right answer; tasks without one fall back to the threshold."""
+    config = CurriculumConfig(decay=1.0, success_threshold=-0.5)
+    rows = [
+        {"task_id": "qa", "reward_spec": {"method": "qa_plain", "ground_truth": "B"}},
+        {"task_id": "judged", "reward_spec": {"method": "no_such_method"}},
+        {"task_id": "as_text", "reward_spec": json.dumps({"method": "qa_plain", "ground_truth": "B"})},
+    ]
+    assert accuracy_tasks(rows, config) == {"qa", "as_text"}
+    assert accuracy_tasks(rows, CurriculumConfig(accuracy_components=())) == set()
+    cur = SuccessRateCurriculum(["qa", "judged"], config, accuracy={"qa"})
+    failed_gate = {"format_gate": -1.0}  # a failed gate holds no accuracy component
+    cur.observe(
+        [
+            outcome("qa", 0.2, components={"qa_accuracy": 0.0}),  # passed the gate, wrong answer
+            outcome("qa", -1.0, components=failed_gate),
+            outcome("qa", 1.0, components={"qa_accuracy": 1.0}),
+            outcome("judged", 0.0, components={"judge_score": 0.0}),  # passed the gate
+            outcome("judged", -1.0, components=failed_gate),
+        ]
+    )
+    assert cur.estimate("qa") == pytest.approx((1 + 1) / (2 + 3))  # one success of three
+    assert cur.estimate("judged") == pytest.approx((1 + 1) / (2 + 2))  # the gate pass counts
+    assert cur.drain()["success_basis"] == {"accuracy": 3, "reward": 2}
+    # without the task list an episode's own components decide (SkyRL, records)
+    assert success_of(outcome("qa", -1.0, components=failed_gate), config) is False
+    assert success_of(outcome("qa", 0.0, components={}), config) is True
+    assert success_of(outcome("qa", 0.0, components={}), config, accuracy_task=True) is False
 
 
 def test_step_log_counts_zero_variance_groups_histogram_and_extremes():

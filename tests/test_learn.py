@@ -565,8 +565,7 @@ def test_a_curriculum_section_samples_the_sft_model_on_grpos_tasks_and_seeds_the
     assert extra == [
         "curriculum.kind=success_rate",
         f"curriculum.from_records={estimate}",
-        "curriculum.accuracy_components=[]",  # the shipped pipeline's set, with the override on top
-        "curriculum.success_threshold=-0.5",
+        "curriculum.success_threshold=-0.5",  # the shipped pipeline's set, with the override on top
         f"rollout.budget_check={estimate}",  # the budget check measures the same episodes
     ]
 

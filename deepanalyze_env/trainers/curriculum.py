@@ -13,11 +13,17 @@ first multiplies the task's counts by ``decay`` (old evidence fades as the polic
 adds one to alpha (success) or beta (failure). The estimate is the posterior mean
 ``alpha / (alpha + beta)``.
 
-Success: when the episode's reward components hold one of ``accuracy_components`` (the bank's
-``answer_match`` / ``answer_parts_all``, the QA plan's ``qa_accuracy``), success means that
-component reached 1; otherwise it means ``reward > success_threshold``. Episodes whose reward
-could not be computed (``verifier_error``, ``environment_error``) say nothing about the policy
-and are not counted; an episode cut for length is a failure (the policy did not answer).
+Success has one of two bases, and each step's metrics count which one judged its episodes
+(``success_basis``). ``accuracy``: the task's plan has one of ``accuracy_components`` (the bank's
+``answer_match`` / ``answer_parts_all``, the QA plan's ``qa_accuracy``) — known from the task's
+``reward_spec`` when the trainer passes its rows (:func:`accuracy_tasks`), else from the episode's
+components — and success means that component reached 1; an episode of such a task without the
+component (a failed gate, a length cut) is a failure. ``reward``: the plan has none, and success
+means ``reward > success_threshold`` (−0.5 reads "passed the format gate", whose failure is −1).
+Accuracy is the signal GRPO is after; the gate is only the fallback where accuracy cannot be
+measured. Episodes whose reward could not be computed (``verifier_error``,
+``environment_error``) say nothing about the policy and are not counted; an episode cut for
+length is a failure (the policy did not answer).
 
 Weight: ``floor + (1 - floor) * (4 p (1 - p)) ** sharpness`` — 1 at p = 0.5, ``floor`` at 0 or 1.
 Tasks are drawn without replacement within a batch with probability proportional to weight
@@ -27,21 +33,27 @@ observations give the same draws on every process.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal, TypedDict, cast
 
 from deepanalyze_env.core.contracts import EpisodeRecord, JsonValue
 from deepanalyze_env.core.errors import ConfigError
 from rewards import ACCURACY_COMPONENTS
+from rewards.plan import spec_accuracy_component
 
 NOT_COUNTED = ("verifier_error", "environment_error")
 DEFAULT_ACCURACY = ACCURACY_COMPONENTS
 HISTOGRAM_BINS = 10
+
+SuccessBasis = Literal["accuracy", "reward"]
+"""What judged an episode's success: its task's accuracy component, or (no accuracy component)
+its reward against ``success_threshold``."""
 
 
 class Outcome(TypedDict):
@@ -70,6 +82,7 @@ class CurriculumMetrics(TypedDict):
     zero_variance_fraction: float | None
     episodes_counted: int
     episodes_excluded: int
+    success_basis: dict[str, int]  # SuccessBasis → episodes it judged this step
     success_histogram: list[int]
     mastered: int
     hopeless: int
@@ -92,8 +105,9 @@ class CurriculumConfig:
     floor: least weight of any task, in (0, 1] (0.05); relative to the peak weight 1.
     sharpness: exponent on 4p(1-p) (2); higher favours the middle band more strongly.
     success_threshold: reward above which an episode counts as a success when its plan has no
-      accuracy component.
-    accuracy_components: component names read as accuracy, first present wins.
+      accuracy component (the ``reward`` basis; −0.5 means "passed the format gate").
+    accuracy_components: component names read as accuracy, first present wins; ``[]`` turns the
+      accuracy basis off (every episode judged by ``success_threshold``).
     mastered: estimate at or above which a task is reported as mastered (logging only).
     hopeless: estimate at or below which a task is reported as hopeless (logging only).
     min_episodes: episodes a task needs before it can be reported mastered or hopeless.
@@ -206,6 +220,7 @@ class StepLog:
     zero_variance_groups: int = 0
     episodes_counted: int = 0
     episodes_excluded: int = 0
+    basis: Counter[str] = field(default_factory=Counter)
 
 
 def group_variance(rewards_by_task: Iterable[Sequence[float]]) -> tuple[int, int]:
@@ -223,25 +238,60 @@ def group_variance(rewards_by_task: Iterable[Sequence[float]]) -> tuple[int, int
     return groups, zero
 
 
-def success_of(outcome: Outcome, config: CurriculumConfig) -> bool | None:
-    """True/False for a counted episode, None for one that says nothing about the policy."""
+def accuracy_tasks(rows: Iterable[Mapping[str, object]], config: CurriculumConfig) -> set[str]:
+    """The ids of the rows whose plan (``reward_spec``) has one of ``config.accuracy_components``:
+    their episodes are judged on accuracy even when one carries no accuracy component."""
+    names = set(config.accuracy_components)
+    out = set()
+    for row in rows:
+        spec = row.get("reward_spec")
+        if isinstance(spec, str):  # a JSON string column (core/tasks.py)
+            try:
+                spec = json.loads(spec)
+            except ValueError:
+                continue
+        if isinstance(spec, Mapping) and spec_accuracy_component(spec) in names:
+            out.add(str(row["task_id"]))
+    return out
+
+
+def judge(
+    outcome: Outcome, config: CurriculumConfig, accuracy_task: bool = False
+) -> tuple[bool, SuccessBasis] | None:
+    """Success and its basis for a counted episode, None for one that says nothing about the
+    policy. ``accuracy_task``: the task's plan is known to have an accuracy component."""
     if outcome["reward_status"] in NOT_COUNTED:
         return None
     components = outcome.get("reward_components") or {}
     for name in config.accuracy_components:
         if name in components and components[name] is not None:
-            return float(components[name]) >= 1.0 - 1e-9
+            return float(components[name]) >= 1.0 - 1e-9, "accuracy"
+    if accuracy_task and config.accuracy_components:
+        return False, "accuracy"  # no answer to check (failed gate, length cut): not accurate
     reward = outcome.get("reward")
     if reward is None or (isinstance(reward, float) and math.isnan(reward)):
-        return False  # scored but untrained (cut for length): the policy did not succeed
-    return float(reward) > config.success_threshold
+        return False, "reward"  # scored but untrained (cut for length): the policy did not succeed
+    return float(reward) > config.success_threshold, "reward"
+
+
+def success_of(outcome: Outcome, config: CurriculumConfig, accuracy_task: bool = False) -> bool | None:
+    """True/False for a counted episode, None for one that says nothing about the policy."""
+    judged = judge(outcome, config, accuracy_task)
+    return None if judged is None else judged[0]
 
 
 class SuccessRateCurriculum:
     """Per-task Beta estimates, weights and weighted draws over a fixed task list."""
 
-    def __init__(self, task_ids: Sequence[str], config: CurriculumConfig | None = None, seed: int = 0):
+    def __init__(
+        self,
+        task_ids: Sequence[str],
+        config: CurriculumConfig | None = None,
+        seed: int = 0,
+        accuracy: Collection[str] = (),
+    ):
         self.config = config or CurriculumConfig()
+        self.accuracy = frozenset(str(t) for t in accuracy)  # tasks judged on accuracy (accuracy_tasks)
         self.config.validate()
         self.task_ids = [str(t) for t in task_ids]
         if len(set(self.task_ids)) != len(self.task_ids):
@@ -262,11 +312,13 @@ class SuccessRateCurriculum:
             i = self.index.get(str(outcome["task_id"]))
             if i is None:
                 continue
-            success = success_of(outcome, self.config)
-            if success is None:
+            judged = judge(outcome, self.config, self.task_ids[i] in self.accuracy)
+            if judged is None:
                 self._log.episodes_excluded += 1
                 continue
+            success, basis = judged
             self._log.episodes_counted += 1
+            self._log.basis[basis] += 1
             self._update(i, success)
             if outcome.get("reward") is not None:
                 groups[self.task_ids[i]].append(float(outcome["reward"]))
@@ -296,10 +348,11 @@ class SuccessRateCurriculum:
         task_ids: Sequence[str],
         config: CurriculumConfig | None = None,
         seed: int = 0,
+        accuracy: Collection[str] = (),
     ) -> SuccessRateCurriculum:
         from deepanalyze_env.core.records import load_run
 
-        curriculum = cls(task_ids, config, seed)
+        curriculum = cls(task_ids, config, seed, accuracy)
         try:
             run = load_run(run_dir)
         except FileNotFoundError as exc:
@@ -383,6 +436,7 @@ class SuccessRateCurriculum:
             "zero_variance_fraction": (log.zero_variance_groups / log.groups) if log.groups else None,
             "episodes_counted": log.episodes_counted,
             "episodes_excluded": log.episodes_excluded,
+            "success_basis": {b: log.basis.get(b, 0) for b in ("accuracy", "reward")},
             "success_histogram": [hist.get(b, 0) for b in range(HISTOGRAM_BINS)],
             "mastered": sum(1 for p in judged if p >= self.config.mastered),
             "hopeless": sum(1 for p in judged if p <= self.config.hopeless),

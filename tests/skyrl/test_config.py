@@ -167,3 +167,12 @@ def test_trainer_output_paths_become_absolute(monkeypatch, tmp_path):
 def test_no_kl_loss_by_default_as_deepanalyze_trained():
     assert parse_config([]).trainer.algorithm.use_kl_loss is False
     assert parse_config(["trainer.algorithm.use_kl_loss=true"]).trainer.algorithm.use_kl_loss is True
+
+
+@pytest.mark.parametrize("setting", ["top_p=0.95", "top_k=50", "min_p=0.05"])
+def test_a_truncating_training_sampler_is_refused_by_name(setting):
+    """SkyRL's loss scores the full distribution: a truncated sampler would bias every ratio."""
+    key = setting.partition("=")[0]
+    with pytest.raises(ConfigError, match=f"generator.sampling_params.{key}="):
+        parse_config([f"generator.sampling_params.{setting}"])
+    assert parse_config(["generator.sampling_params.top_p=1.0"]).generator.sampling_params.top_p == 1.0

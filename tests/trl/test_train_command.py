@@ -105,6 +105,8 @@ def test_train_writes_metrics_records_and_curves(tiny_tokenizer, workspace_root,
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     assert all(m["episodes"] == 4 and sum(m["status_counts"].values()) == 4 for m in metrics)
+    for m in metrics:  # one micro-batch of 4 rows a step, skipped only when none of them can teach
+        assert m["teach"]["update_rows"] == 4 and m["teach"]["update_rows_skipped"] in (0, 4)
     episodes = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
     assert len(episodes) == 8 and {e["task_id"] for e in episodes} == {"q1"}
     assert len({e["episode_id"] for e in episodes}) == 8
@@ -120,7 +122,8 @@ def test_shipped_trl_recipes_are_valid(name):
     recipe = load_recipe(root / "recipes" / name, ["trl.bf16=false", "trl.use_vllm=false"])
     config = _grpo_config(recipe, root / "runs" / "unused", cuda=False)
     assert config.num_generations >= 4 and config.temperature == 1.0
-    assert config.mask_truncated_completions is True
+    # a length cut is masked unless the recipe scores it as a failed gate (the CPU recipe does)
+    assert config.mask_truncated_completions is not recipe.rollout.get("score_truncated", False)
 
 
 @pytest.mark.parametrize(

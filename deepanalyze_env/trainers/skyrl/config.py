@@ -146,6 +146,7 @@ def parse_config(overrides: list[str] | dict[str, JsonValue]) -> DeepAnalyzeSkyR
     if cfg.generator.eval_sampling_params is not None:
         params = cfg.generator.eval_sampling_params
         _stops_at_the_tags("generator.eval_sampling_params.stop", params.stop, required_stops)
+    _full_distribution(cfg)
     adapter = cfg.deepanalyze
     if not 0.0 < adapter.outage_fraction <= 1.0:
         raise ConfigError(f"deepanalyze.outage_fraction must be in (0, 1], got {adapter.outage_fraction}")
@@ -163,6 +164,21 @@ def parse_config(overrides: list[str] | dict[str, JsonValue]) -> DeepAnalyzeSkyR
             "inside one assistant turn (generator.use_conversation_multi_turn=false)"
         )
     return cfg
+
+
+def _full_distribution(cfg: DeepAnalyzeSkyRLConfig) -> None:
+    """Training turns are sampled from the distribution the loss scores: SkyRL's policy loss (as
+    TRL's) takes each token's log-prob under the full tempered distribution, so ``top_p``,
+    ``top_k`` or ``min_p`` on ``generator.sampling_params`` would bias every ratio silently
+    (evaluation sampling may truncate: nothing trains on it)."""
+    params = cfg.generator.sampling_params
+    for key, neutral in (("top_p", (1.0,)), ("top_k", (-1, 0)), ("min_p", (0.0,))):
+        value = getattr(params, key, None)
+        if value is not None and value not in neutral:
+            raise ConfigError(
+                f"generator.sampling_params.{key}={value} truncates the sampling distribution, but the "
+                "policy loss scores the full one: remove it (only temperature is allowed)"
+            )
 
 
 def _curriculum(cfg: DeepAnalyzeSkyRLConfig, user: list[str]) -> None:

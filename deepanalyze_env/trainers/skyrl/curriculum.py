@@ -206,12 +206,16 @@ def outcomes_of(
 def step_metrics(drained: CurriculumMetrics) -> dict[str, float]:
     """``SuccessRateCurriculum.drain()`` as scalar tracker metrics under ``deepanalyze/curriculum/``
     (the histogram as one metric per bin, ``success_histogram/0.0-0.1`` …; a fraction with no
-    groups behind it is left out rather than logged as 0)."""
+    groups behind it is left out rather than logged as 0; ``success_basis`` as one count per basis,
+    ``success_basis/accuracy`` and ``success_basis/reward``)."""
     out: dict[str, float] = {}
     for key, value in drained.items():
         if key == "success_histogram":
             for b, count in enumerate(value):
                 out[f"{METRIC_PREFIX}{key}/{b / HISTOGRAM_BINS:.1f}-{(b + 1) / HISTOGRAM_BINS:.1f}"] = count
+        elif key == "success_basis":
+            for basis, count in value.items():
+                out[f"{METRIC_PREFIX}{key}/{basis}"] = count
         elif value is not None:
             out[f"{METRIC_PREFIX}{key}"] = value
     return out

@@ -31,7 +31,7 @@ from deepanalyze_env.core.tasks import load_rows, with_task_ids
 from deepanalyze_env.generation.interfaces import Tokenizer
 from deepanalyze_env.generation.models import load_tokenizer, resolve_model
 from deepanalyze_env.generation.turn_end import turn_stops
-from deepanalyze_env.trainers.curriculum import SuccessRateCurriculum
+from deepanalyze_env.trainers.curriculum import SuccessRateCurriculum, accuracy_tasks
 from deepanalyze_env.trainers.recipes import Recipe
 from deepanalyze_env.trainers.trl.budgets import CUT_TARGET, BudgetFit, measure_budgets
 from deepanalyze_env.trainers.trl.policy import load_trainable
@@ -43,6 +43,7 @@ from deepanalyze_env.trainers.trl.rollout_func import (
     trl_dataset_rows,
 )
 from deepanalyze_env.trainers.trl.sft_data import load_records
+from deepanalyze_env.trainers.trl.skip_rows import SkippedRows, skip_inert_rows
 
 if TYPE_CHECKING:
     from transformers import Trainer
@@ -74,6 +75,8 @@ class StepTeach(TypedDict):
     groups: int
     zero_variance_groups: int
     loss_nonzero: bool | None  # None: the step logged no loss
+    update_rows: NotRequired[int]  # rows the update saw (trainers/trl/skip_rows.py)
+    update_rows_skipped: NotRequired[int]  # of them, rows whose forward/backward was skipped (inert)
 
 
 class StepLine(TypedDict):
@@ -124,10 +127,32 @@ def trainer_args(recipe: Recipe, out: Path, cuda: bool) -> JsonObject:
     return args
 
 
+TRUNCATING = {"top_k": (0, -1), "top_p": (1.0,), "min_p": (0.0,)}
+"""Sampling options that cut the distribution's tail, with their values that cut nothing."""
+
+
+def refuse_truncated_sampling(args: JsonObject, where: str) -> None:
+    """GRPO's loss scores each sampled token under the full (tempered) distribution; a turn
+    sampled from a truncated one (``top_k``, ``top_p``, ``min_p``) is then scored under a
+    distribution it was not drawn from, a silent bias in every ratio and gradient. So a GRPO
+    recipe that truncates (as a ``GRPOConfig`` field or in ``generation_kwargs``) is refused."""
+    gen = args.get("generation_kwargs")
+    places = [("trl", args), ("trl.generation_kwargs", gen if isinstance(gen, dict) else {})]
+    for prefix, section in places:
+        for key, neutral in TRUNCATING.items():
+            value = section.get(key)
+            if value is not None and value not in neutral:
+                raise ConfigError(
+                    f"{where}: {prefix}.{key}={value} truncates the sampling distribution, but GRPO's "
+                    "loss scores the full one: remove it (only temperature is allowed)"
+                )
+
+
 def _grpo_config(recipe: Recipe, out: Path, cuda: bool) -> GRPOConfig:
     import trl
 
     args = trainer_args(recipe, out, cuda)
+    refuse_truncated_sampling(args, recipe.source)
     args.setdefault("mask_truncated_completions", not recipe.rollout.get("score_truncated", False))
     if args.get("use_vllm"):
         gen = dict(args.get("generation_kwargs") or {})
@@ -195,6 +220,7 @@ def _step_table(step: int, stats: RolloutStats, logs: TrainerLogs, line: StepLin
         "can teach",
         f"trained {teach['episodes_trained']}/{stats.episodes}, length-cut {teach['length_cut']}, "
         f"zero-variance groups {teach['zero_variance_groups']}/{teach['groups']}, "
+        f"update skipped {teach.get('update_rows_skipped', 0)}/{teach.get('update_rows', 0)} rows, "
         f"loss {loss_word}",
         "",
     )
@@ -253,14 +279,16 @@ def step_line(
 
 
 def build_curriculum(recipe: Recipe, rows: list[JsonObject], seed: int) -> SuccessRateCurriculum | None:
-    """The recipe's curriculum over the rows in dataset order, seeded from earlier records."""
+    """The recipe's curriculum over the rows in dataset order, seeded from earlier records; the
+    rows whose plan has an accuracy component are judged on accuracy (``accuracy_tasks``)."""
     config = recipe.curriculum
     if config is None:
         return None
     task_ids = [str(r["task_id"]) for r in rows]
+    accuracy = accuracy_tasks(rows, config)
     if config.from_records:
-        return SuccessRateCurriculum.from_records(config.from_records, task_ids, config, seed)
-    return SuccessRateCurriculum(task_ids, config, seed)
+        return SuccessRateCurriculum.from_records(config.from_records, task_ids, config, seed, accuracy)
+    return SuccessRateCurriculum(task_ids, config, seed, accuracy)
 
 
 def step_memory(watch: PeakWatch | None) -> dict[str, PeakFigures]:
@@ -274,6 +302,7 @@ def _make_callback(
     out: Path,
     curriculum: SuccessRateCurriculum | None = None,
     watch: PeakWatch | None = None,
+    skipped: SkippedRows | None = None,
 ):
     from transformers import TrainerCallback
 
@@ -304,6 +333,8 @@ def _make_callback(
                 return
             line = step_line(state.global_step, stats, logs, step_seconds, time.monotonic() - self.started)
             line["memory"] = step_memory(watch)
+            if skipped is not None:
+                line["teach"]["update_rows_skipped"], line["teach"]["update_rows"] = skipped.drain()
             if curriculum is not None:
                 line["curriculum"] = curriculum.drain()
             with open(self.path, "a") as fh:
@@ -435,9 +466,10 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
     _clean_output(out, own_records)
     if fit is not None:
         (out / "budgets.json").write_text(json.dumps(fit.as_dict(), indent=1) + "\n")
-    trainer_class = trl.GRPOTrainer
+    skipped = SkippedRows()
+    trainer_class = skip_inert_rows(trl.GRPOTrainer, skipped)
     if curriculum is not None:
-        trainer_class = curriculum_trainer_class(trl.GRPOTrainer, curriculum)
+        trainer_class = curriculum_trainer_class(trainer_class, curriculum)
     watch = PeakWatch(phase_name="setup").start()
     rollout.memory = watch
     trainer = trainer_class(
@@ -447,7 +479,7 @@ def train_trl(recipe: Recipe, check: bool = False) -> int:
         train_dataset=Dataset.from_list(trl_dataset_rows(rows)),
         processing_class=tokenizer,
         rollout_func=rollout,
-        callbacks=[_make_callback(rollout, out, curriculum, watch)],
+        callbacks=[_make_callback(rollout, out, curriculum, watch, skipped)],
     )
     try:
         return _train_and_save(trainer, tokenizer, out, records_dir)
