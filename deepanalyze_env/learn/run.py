@@ -215,6 +215,31 @@ def bank_stage(pipe: Pipeline, stages: Stages) -> Path:
     return bank
 
 
+SFT_SAMPLE_SEED = 200  # added to the pipeline's seed: the SFT sample is not the curriculum's (+100)
+
+
+def sft_data(run: Run, kept: Path) -> Path:
+    """The records SFT trains on: every reference episode that passed (``kept``), or with
+    ``sft.references: N`` a seeded, family-stratified sample of N of them (families take turns,
+    as the task samples do), written to ``sft-references.jsonl``. A sample asks for more than
+    passed: every one, and the console says so."""
+    assert run.pipe.sft is not None
+    n = run.pipe.sft.references
+    if n is None:
+        return kept
+    lines = [x for x in kept.read_text(encoding="utf-8").splitlines() if x.strip()]
+    by_task = {str(json.loads(x)["task_id"]): x for x in lines}
+    tasks = [json.loads(x) for x in run.files["train"].read_text(encoding="utf-8").splitlines() if x.strip()]
+    chosen = sample_tasks([t for t in tasks if t["id"] in by_task], n, run.pipe.seed + SFT_SAMPLE_SEED)
+    if len(chosen) < n:
+        console.print(
+            f"sft.references={n}: only {len(chosen)} reference episodes passed; SFT trains on them all"
+        )
+    path = run.out / "sft-references.jsonl"
+    path.write_text("".join(by_task[str(t["id"])] + "\n" for t in chosen), encoding="utf-8")
+    return path
+
+
 def sft_stages(run: Run) -> None:
     """Reference episodes of the train tasks through the env, SFT on them, the after-SFT eval."""
     pipe, out = run.pipe, run.out
@@ -233,14 +258,15 @@ def sft_stages(run: Run) -> None:
         check=rollout_gap,
     )
     sft_dir = out / "sft"
+    data = sft_data(run, reference / "kept.jsonl")
     train = TrainCommand(
         pipe.sft.recipe,
         sft_dir,
         run.model,
-        reference / "kept.jsonl",
+        data,
         overrides=(*pipe.sft.overrides(), *template_override(pipe)),
     )
-    inputs = [Path(pipe.sft.recipe), reference / "kept.jsonl", *model_inputs(run.model)]
+    inputs = [Path(pipe.sft.recipe), data, *model_inputs(run.model)]
     run.stages.run("sft", "SFT warm start", train, sft_dir, inputs)
     run.model = str(sft_dir)
     if pipe.eval.after_sft or pipe.grpo is None:
