@@ -99,8 +99,7 @@ def test_sft_references_is_a_count_or_all(tmp_path, value, message):
 
 
 def test_sft_trains_on_a_seeded_family_stratified_sample_of_the_references_that_passed(tmp_path):
-    from deepanalyze_env.learn.run import Run, sft_data
-    from deepanalyze_env.learn.stages import Stages
+    from deepanalyze_env.learn.run import sample_references
 
     tasks = _tasks({"a": 6, "b": 2, "c": 4})
     train = tmp_path / "train.jsonl"
@@ -111,14 +110,14 @@ def test_sft_trains_on_a_seeded_family_stratified_sample_of_the_references_that_
 
     def sample(references: int | str) -> list[str]:
         pipe = Pipeline.load(REPO / "recipes" / "learn_cpu.yaml", [f"sft.references={references}"])
-        run = Run(pipe, tmp_path, Stages(tmp_path, False), tmp_path, {"train": train}, {}, tmp_path, "m")
-        data = sft_data(run, kept)
+        data = sample_references(kept, train, pipe.sft.references, 7, tmp_path / "sample.jsonl")
         return [json.loads(x)["task_id"] for x in data.read_text().splitlines()]
 
     assert sample("all") == passed  # the rollout's own file, untouched
     six = sample(6)
     assert Counter(i[0] for i in six) == {"a": 2, "b": 2, "c": 2} and not {"c-0", "c-1"} & set(six)
     assert sample(6) == six and sample(100) == sample(10) and len(sample(10)) == 10
+    assert six[:4] == sample(4)  # nested: a smaller sample is a prefix of a larger one
 
 
 def test_train_given_a_pipeline_file_names_the_learn_command(capsys):

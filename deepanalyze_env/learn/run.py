@@ -218,26 +218,24 @@ def bank_stage(pipe: Pipeline, stages: Stages) -> Path:
 SFT_SAMPLE_SEED = 200  # added to the pipeline's seed: the SFT sample is not the curriculum's (+100)
 
 
-def sft_data(run: Run, kept: Path) -> Path:
-    """The records SFT trains on: every reference episode that passed (``kept``), or with
-    ``sft.references: N`` a seeded, family-stratified sample of N of them (families take turns,
-    as the task samples do), written to ``sft-references.jsonl``. A sample asks for more than
-    passed: every one, and the console says so."""
-    assert run.pipe.sft is not None
-    n = run.pipe.sft.references
+def sample_references(kept: Path, tasks: Path, n: int | None, seed: int, out: Path) -> Path:
+    """The records SFT trains on: every reference episode that passed (``kept``), or with ``n`` a
+    seeded, family-stratified sample of ``n`` of them (families take turns over ``tasks``, as
+    the task samples do; a smaller sample of the same seed is a prefix of a larger one, so a
+    data-size sweep's sizes are nested), written to ``out``. When fewer than ``n`` passed, every
+    one is taken and the console says so."""
     if n is None:
         return kept
     lines = [x for x in kept.read_text(encoding="utf-8").splitlines() if x.strip()]
     by_task = {str(json.loads(x)["task_id"]): x for x in lines}
-    tasks = [json.loads(x) for x in run.files["train"].read_text(encoding="utf-8").splitlines() if x.strip()]
-    chosen = sample_tasks([t for t in tasks if t["id"] in by_task], n, run.pipe.seed + SFT_SAMPLE_SEED)
+    rows = [json.loads(x) for x in tasks.read_text(encoding="utf-8").splitlines() if x.strip()]
+    chosen = sample_tasks([t for t in rows if t["id"] in by_task], n, seed)
     if len(chosen) < n:
         console.print(
-            f"sft.references={n}: only {len(chosen)} reference episodes passed; SFT trains on them all"
+            f"{n} references asked: only {len(chosen)} reference episodes passed; SFT trains on them all"
         )
-    path = run.out / "sft-references.jsonl"
-    path.write_text("".join(by_task[str(t["id"])] + "\n" for t in chosen), encoding="utf-8")
-    return path
+    out.write_text("".join(by_task[str(t["id"])] + "\n" for t in chosen), encoding="utf-8")
+    return out
 
 
 def sft_stages(run: Run) -> None:
@@ -258,7 +256,13 @@ def sft_stages(run: Run) -> None:
         check=rollout_gap,
     )
     sft_dir = out / "sft"
-    data = sft_data(run, reference / "kept.jsonl")
+    data = sample_references(
+        reference / "kept.jsonl",
+        run.files["train"],
+        pipe.sft.references,
+        pipe.seed + SFT_SAMPLE_SEED,
+        out / "sft-references.jsonl",
+    )
     train = TrainCommand(
         pipe.sft.recipe,
         sft_dir,
