@@ -51,7 +51,7 @@ def test_a_bank_slice_gets_its_own_cache_folder(monkeypatch, tmp_path):
     a = bank_folder(BankSlice(families=("ols",), tables=("fair", "wine")))
     b = bank_folder(BankSlice(families=("ols",), tables=("wine", "fair")))  # order does not matter
     c = bank_folder(BankSlice(families=("correlation",), tables=("fair", "wine")))
-    assert whole == tmp_path / "bank-seed13"
+    assert whole == tmp_path / "bank-seed13-r2"  # the seed and the build's revision
     assert a == b and a != c and a.parent == whole.parent and a.name.startswith("bank-seed13-")
 
 
