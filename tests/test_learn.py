@@ -51,7 +51,7 @@ def test_a_bank_slice_gets_its_own_cache_folder(monkeypatch, tmp_path):
     a = bank_folder(BankSlice(families=("ols",), tables=("fair", "wine")))
     b = bank_folder(BankSlice(families=("ols",), tables=("wine", "fair")))  # order does not matter
     c = bank_folder(BankSlice(families=("correlation",), tables=("fair", "wine")))
-    assert whole == tmp_path / "bank-seed13"
+    assert whole == tmp_path / "bank-seed13-r2"  # the seed and the build's revision
     assert a == b and a != c and a.parent == whole.parent and a.name.startswith("bank-seed13-")
 
 
@@ -80,6 +80,44 @@ def test_shipped_pipeline_loads_and_its_recipes_exist():
     pipe = Pipeline.load(REPO / "recipes" / "learn_cpu.yaml")
     assert Path(pipe.sft.recipe).is_file() and Path(pipe.grpo.recipe).is_file()
     assert pipe.tasks["train"] > 0 and pipe.tasks["dev"] > 0
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [(0, "sft.references must be a positive"), ("some", "sft.references must be"), (True, "sft.references")],
+)
+def test_sft_references_is_a_count_or_all(tmp_path, value, message):
+    pipe = Pipeline.load(REPO / "recipes" / "learn_cpu.yaml")
+    assert pipe.sft.references is None  # the default: every reference that passed
+    shipped = REPO / "recipes" / "learn_cpu.yaml"
+    assert Pipeline.load(shipped, ["sft.references=all"]).sft.references is None
+    assert Pipeline.load(shipped, ["sft.references=96"]).sft.references == 96
+    with pytest.raises(ConfigError, match=message):
+        Pipeline.load(shipped, [f"sft.references={json.dumps(value)}"])
+    with pytest.raises(ConfigError, match=r"unknown key sft\.reference "):
+        Pipeline.load(shipped, ["sft.reference=3"])
+
+
+def test_sft_trains_on_a_seeded_family_stratified_sample_of_the_references_that_passed(tmp_path):
+    from deepanalyze_env.learn.run import sample_references
+
+    tasks = _tasks({"a": 6, "b": 2, "c": 4})
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    kept = tmp_path / "kept.jsonl"  # c-0 and c-1 did not pass
+    passed = [t["id"] for t in tasks if t["id"] not in ("c-0", "c-1")]
+    kept.write_text("".join(json.dumps({"task_id": i, "reward": 1.0}) + "\n" for i in passed))
+
+    def sample(references: int | str) -> list[str]:
+        pipe = Pipeline.load(REPO / "recipes" / "learn_cpu.yaml", [f"sft.references={references}"])
+        data = sample_references(kept, train, pipe.sft.references, 7, tmp_path / "sample.jsonl")
+        return [json.loads(x)["task_id"] for x in data.read_text().splitlines()]
+
+    assert sample("all") == passed  # the rollout's own file, untouched
+    six = sample(6)
+    assert Counter(i[0] for i in six) == {"a": 2, "b": 2, "c": 2} and not {"c-0", "c-1"} & set(six)
+    assert sample(6) == six and sample(100) == sample(10) and len(sample(10)) == 10
+    assert six[:4] == sample(4)  # nested: a smaller sample is a prefix of a larger one
 
 
 def test_train_given_a_pipeline_file_names_the_learn_command(capsys):

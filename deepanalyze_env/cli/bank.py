@@ -38,7 +38,9 @@ def add_parser(sub: SubParsers) -> None:
         "deepanalyze-rl bank build --out runs/bank --seed 13",
     )
     b.add_argument(
-        "--out", metavar="DIR", help="bank folder (default: ~/.cache/deepanalyze-env/bank-seed<N>)"
+        "--out",
+        metavar="DIR",
+        help="bank folder (default: ~/.cache/deepanalyze-env/bank-seed<N>-r<REVISION>)",
     )
     b.add_argument("--seed", type=int, default=13, metavar="N", help="seed of every random choice (13)")
     b.add_argument("--families", nargs="+", metavar="NAME", help="build only these families (default: all)")

@@ -9,7 +9,8 @@ by hand with the arguments saved in ``stages.json``, and a stage's memory is fre
 2. ``eval`` of the starting model on the dev tasks (``eval-base/``);
 3. ``rollout --policy scripted`` of the train tasks' reference trajectories through the env with
    the pipeline's env config (``reference/``): the SFT data, rendered as the trainers see episodes;
-4. ``train`` of the SFT recipe on those records (``sft/``, a model folder), then ``eval-sft/``;
+4. ``train`` of the SFT recipe on those records, or on ``sft.references`` of them (a seeded,
+   family-stratified sample), (``sft/``, a model folder), then ``eval-sft/``;
 5. ``train`` of the GRPO recipe from the SFT model on the train tasks (``grpo/``), then ``eval-grpo/``;
 6. ``eval`` of the last model on the test tasks, once, when the pipeline has test tasks.
 

@@ -215,6 +215,29 @@ def bank_stage(pipe: Pipeline, stages: Stages) -> Path:
     return bank
 
 
+SFT_SAMPLE_SEED = 200  # added to the pipeline's seed: the SFT sample is not the curriculum's (+100)
+
+
+def sample_references(kept: Path, tasks: Path, n: int | None, seed: int, out: Path) -> Path:
+    """The records SFT trains on: every reference episode that passed (``kept``), or with ``n`` a
+    seeded, family-stratified sample of ``n`` of them (families take turns over ``tasks``, as
+    the task samples do; a smaller sample of the same seed is a prefix of a larger one, so a
+    data-size sweep's sizes are nested), written to ``out``. When fewer than ``n`` passed, every
+    one is taken and the console says so."""
+    if n is None:
+        return kept
+    lines = [x for x in kept.read_text(encoding="utf-8").splitlines() if x.strip()]
+    by_task = {str(json.loads(x)["task_id"]): x for x in lines}
+    rows = [json.loads(x) for x in tasks.read_text(encoding="utf-8").splitlines() if x.strip()]
+    chosen = sample_tasks([t for t in rows if t["id"] in by_task], n, seed)
+    if len(chosen) < n:
+        console.print(
+            f"{n} references asked: only {len(chosen)} reference episodes passed; SFT trains on them all"
+        )
+    out.write_text("".join(by_task[str(t["id"])] + "\n" for t in chosen), encoding="utf-8")
+    return out
+
+
 def sft_stages(run: Run) -> None:
     """Reference episodes of the train tasks through the env, SFT on them, the after-SFT eval."""
     pipe, out = run.pipe, run.out
@@ -233,14 +256,21 @@ def sft_stages(run: Run) -> None:
         check=rollout_gap,
     )
     sft_dir = out / "sft"
+    data = sample_references(
+        reference / "kept.jsonl",
+        run.files["train"],
+        pipe.sft.references,
+        pipe.seed + SFT_SAMPLE_SEED,
+        out / "sft-references.jsonl",
+    )
     train = TrainCommand(
         pipe.sft.recipe,
         sft_dir,
         run.model,
-        reference / "kept.jsonl",
+        data,
         overrides=(*pipe.sft.overrides(), *template_override(pipe)),
     )
-    inputs = [Path(pipe.sft.recipe), reference / "kept.jsonl", *model_inputs(run.model)]
+    inputs = [Path(pipe.sft.recipe), data, *model_inputs(run.model)]
     run.stages.run("sft", "SFT warm start", train, sft_dir, inputs)
     run.model = str(sft_dir)
     if pipe.eval.after_sft or pipe.grpo is None:

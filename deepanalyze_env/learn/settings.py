@@ -101,6 +101,33 @@ class BankSlice:
 
 
 @dataclass
+class SftStage(StageRecipe):
+    """The SFT stage: its recipe, and how many of the train tasks' reference episodes it trains on
+    (``references``: a seeded, family-stratified sample; ``all``, the default: every one that passed)."""
+
+    references: int | None = None  # None: all
+
+    @classmethod
+    def of(cls, stage: StageRecipe | None, section: JsonValue, where: str) -> SftStage | None:
+        """The ``sft`` section's stage (``stage``: its recipe and ``set``, read as every stage's)."""
+        if stage is None or not isinstance(section, dict):
+            return None
+        if unknown := [k for k in section if k not in SFT_KEYS]:
+            raise ConfigError(f"{where}: unknown key sft.{unknown[0]} (known: {', '.join(SFT_KEYS)})")
+        value = section.get("references", "all")
+        if value == "all":
+            return cls(stage.recipe, stage.set)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(
+                f"{where}: sft.references must be a positive number of episodes or 'all', got {value!r}"
+            )
+        return cls(stage.recipe, stage.set, value)
+
+
+SFT_KEYS = ("recipe", "set", "references")  # the sft section's keys
+
+
+@dataclass
 class Pipeline:
     """A ``learn`` pipeline file (``recipes/learn_cpu.yaml`` documents every key)."""
 
@@ -110,7 +137,7 @@ class Pipeline:
     tasks: dict[str, int] = field(default_factory=dict)  # split -> how many tasks (0: none)
     env: JsonObject = field(default_factory=dict)  # the env config (EnvConfig's keys), checked on load
     eval: EvalSettings = field(default_factory=EvalSettings)
-    sft: StageRecipe | None = None
+    sft: SftStage | None = None
     grpo: StageRecipe | None = None
     curriculum: CurriculumSettings | None = None  # None: GRPO samples tasks as its recipe says
     seed: int = 0  # the task sample
@@ -166,6 +193,7 @@ class Pipeline:
             if not isinstance(overrides, dict):
                 raise ConfigError(f"{path}: {name}.set must be a mapping of recipe keys to values")
             stages[name] = StageRecipe(str(recipe), flatten(overrides))
+        sft = SftStage.of(stages["sft"], tree.get("sft"), str(path))
         try:
             settings = EvalSettings(**(tree.get("eval") or {}))
         except TypeError as exc:
@@ -198,7 +226,7 @@ class Pipeline:
             tasks={k: int(v) for k, v in (tree.get("tasks") or {}).items()},
             env=env,
             eval=settings,
-            sft=stages["sft"],
+            sft=sft,
             grpo=stages["grpo"],
             curriculum=curriculum,
             seed=int(tree.get("seed", 0)),

@@ -160,6 +160,17 @@ def test_shipped_sft_recipes_are_valid(name):
     assert config.max_steps == recipe.max_steps and template_kwargs == {}
 
 
+def test_the_cpu_sft_recipe_makes_one_pass_over_its_records():
+    """No fixed step count: how many records (``learn``'s ``sft.references``) sets how long SFT trains."""
+    from deepanalyze_env.trainers.recipes import load_recipe
+    from deepanalyze_env.trainers.trl.sft import _sft_config
+
+    root = Path(__file__).resolve().parents[2]
+    recipe = load_recipe(root / "recipes" / "trl_sft_cpu.yaml")
+    config, _ = _sft_config(recipe, root / "runs" / "unused", cuda=False)
+    assert config.max_steps == -1 and config.num_train_epochs == 1
+
+
 def test_local_eval_policy_sees_the_tokens_training_built(tiny_tokenizer, env_config, tmp_path):
     """``eval --model`` (the transformers policy, continue layout) must feed the model the same
     ids as the TRL rollout and SFT: the prompt, then each turn and observation tokenised alone."""

@@ -278,13 +278,22 @@ def _build(
     return BuildResult(out, final, dropped, check_counts, failures, man)
 
 
+# What a build writes for a seed, as a number: raised by a change that alters the files (revision 2:
+# references of three turns, inspect cells that print shape, dtypes and three rows). The cache
+# folder names it, so a bank cached by an earlier revision is never reused as this one's: a cached
+# bank is kept as long as its folder holds a manifest (``ensure``, ``learn``).
+REVISION = 2
+
+
 def cache_folder(seed: int = DEFAULT_SEED) -> Path:
     """Where the bank is built on first use: the project's cache folder (``DEEPANALYZE_CACHE``, else
-    ``$XDG_CACHE_HOME/deepanalyze-env``, else ``~/.cache/deepanalyze-env``)."""
+    ``$XDG_CACHE_HOME/deepanalyze-env``, else ``~/.cache/deepanalyze-env``), one folder per seed
+    and :data:`REVISION`."""
+    name = f"bank-seed{seed}-r{REVISION}"
     if os.environ.get(CACHE_ENV):
-        return cache_dir() / f"bank-seed{seed}"
+        return cache_dir() / name
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "deepanalyze-env" / f"bank-seed{seed}"
+    return base / "deepanalyze-env" / name
 
 
 def ensure(out: Path | None = None, seed: int = DEFAULT_SEED, **kwargs: Unpack[BuildOptions]) -> Path:

@@ -1,6 +1,7 @@
 """Reference episodes: each kept task played through ``DeepAnalyzeEnv`` and recorded (SFT data).
 
-An episode is: look at the files → compute (→ check) → answer, each turn an ``<Analyze>`` with
+An episode is: look at the files → compute → answer (three turns: the ``max_turns`` a policy is
+trained and evaluated with, so every reference is SFT data), each turn an ``<Analyze>`` with
 its reason and a fenced ``<Code>`` cell run by the real kernel; the answer turn is written from
 what the episode's own code printed (the line after ``Final answer:``), not from the ground
 truth, so the self-check compares two computations: the reference program's (the ground truth)

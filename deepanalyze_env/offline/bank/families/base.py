@@ -217,14 +217,17 @@ def explore_cell(ws: Workspace, rng: random.Random, what: str) -> Cell:
     style = rng.randrange(3)
     load = load_code(ws, rng)
     head = imports(ws)
+    # shape, dtypes and three rows at most: a whole printed frame (``describe().T``, ``head()``
+    # of a wide table) costs hundreds of observation tokens in every reference episode, the SFT
+    # data, and tells the next cell nothing more than the column names and types
     if ws.kind == "xlsx" and style == 0:
-        code = f"{head}\nprint(pd.ExcelFile({ws.files[0]!r}).sheet_names)\n{load}\nprint(df.shape)\nprint(df.head().to_string())"
+        code = f"{head}\nprint(pd.ExcelFile({ws.files[0]!r}).sheet_names)\n{load}\nprint(df.shape)\nprint(df.head(3).to_string())"
     elif ws.kind == "messy" or style == 1:
         code = f"{head}\n{load}\nprint(df.shape)\nprint(df.dtypes.to_string())\nprint('missing per column:')\nprint(df.isna().sum().to_string())"
     elif style == 2:
-        code = f"{head}\n{load}\nprint(df.shape)\nprint(df.describe().T.round(3).to_string())"
+        code = f"{head}\n{load}\nprint(df.shape)\nprint(df.dtypes.to_string())\nprint(df.head(3).to_string())"
     else:
-        code = f"{head}\n{load}\nprint(df.shape)\nprint(df.head().to_string())"
+        code = f"{head}\n{load}\nprint(df.shape)\nprint(df.head(3).to_string())"
     intro = pick(
         rng,
         [
@@ -293,24 +296,16 @@ def num_text(value: float) -> str:
 CHECK_RATE = 0.35
 
 
-def add_check(draft: Draft, rng: random.Random, columns: list[str]) -> Draft:
-    """Sometimes append a check turn (the columns' range and missing values) after the computation,
-    as an analyst does before answering; the answer still comes from the computing cell."""
+def retired_check_draws(draft: Draft, rng: random.Random) -> None:
+    """Make the draws of the check turn the references once had, and add no turn.
+
+    References used to end, one time in three, with a check cell (the used columns' range and
+    missing values) before the answer: four turns, which a policy evaluated at ``max_turns: 3``
+    (inspect, compute, answer) cannot play, so those references were cut before their answer
+    and were no SFT data. The check fed nothing into the answer, so it is gone; its RNG draws
+    (the coin, a load style, a sentence) are still made, so that every later draft of the
+    family and table keeps its question, its ground truth and its id."""
     if rng.random() >= CHECK_RATE or draft.workspace.kind not in ("csv", "json", "xlsx", "messy"):
-        return draft
-    cols = list(dict.fromkeys(columns))
-    code = (
-        f"{imports(draft.workspace)}\n{load_code(draft.workspace, rng)}\n"
-        f"print(df[{cols!r}].describe().round(4).to_string())\n"
-        f"print('missing:', df[{cols!r}].isna().sum().to_dict())"
-    )
-    analyze = pick(
-        rng,
-        [
-            "As a check, I look at the range and missing values of the columns involved to see that the result is plausible.",
-            "Before answering I double-check the columns I used: their distribution and whether any values are missing.",
-        ],
-    )
-    draft.cells.append(Cell(analyze, code))
-    draft.operations = (*draft.operations, "check")
-    return draft
+        return
+    load_code(draft.workspace, rng)  # the check cell's load style
+    rng.randrange(2)  # its sentence

@@ -8,7 +8,6 @@ from deepanalyze_env.offline.bank.families.base import (
     Draft,
     FamilyContext,
     Part,
-    add_check,
     answer_print,
     decimals_for,
     explore_cell,
@@ -20,6 +19,7 @@ from deepanalyze_env.offline.bank.families.base import (
     pick,
     q,
     register_family,
+    retired_check_draws,
 )
 from deepanalyze_env.offline.bank.workspaces import _plain
 
@@ -107,7 +107,7 @@ def filter_count(ctx: FamilyContext) -> list[Draft]:
                 key=f"{col}{op}{thr}{extra_text}",
             )
         )
-        add_check(out[-1], rng, [col])
+        retired_check_draws(out[-1], rng)
     return out
 
 
@@ -181,7 +181,7 @@ def describe_stat(ctx: FamilyContext) -> list[Draft]:
                 key=f"{stat}:{col}{where}",
             )
         )
-        add_check(out[-1], rng, [col])
+        retired_check_draws(out[-1], rng)
     return out
 
 
@@ -360,7 +360,7 @@ def share_percent(ctx: FamilyContext) -> list[Draft]:
                 key=key,
             )
         )
-        add_check(out[-1], rng, [col])
+        retired_check_draws(out[-1], rng)
     return out
 
 

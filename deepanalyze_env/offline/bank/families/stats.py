@@ -11,7 +11,6 @@ from deepanalyze_env.offline.bank.families.base import (
     Draft,
     FamilyContext,
     Part,
-    add_check,
     answer_print,
     decimals_for,
     explore_cell,
@@ -21,6 +20,7 @@ from deepanalyze_env.offline.bank.families.base import (
     pick,
     q,
     register_family,
+    retired_check_draws,
 )
 from deepanalyze_env.offline.bank.families.basic import SINGLE, level_text, single_ws
 
@@ -119,7 +119,7 @@ def correlation(ctx: FamilyContext) -> list[Draft]:
                 key=key,
             )
         )
-        add_check(out[-1], rng, [a, b])
+        retired_check_draws(out[-1], rng)
     return out
 
 
@@ -199,7 +199,7 @@ def ols(ctx: FamilyContext) -> list[Draft]:
                 key=f"ols:{y}~{x_list}",
             )
         )
-        add_check(out[-1], rng, cols)
+        retired_check_draws(out[-1], rng)
     return out
 
 

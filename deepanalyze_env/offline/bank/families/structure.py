@@ -11,7 +11,6 @@ from deepanalyze_env.offline.bank.families.base import (
     Cell,
     Draft,
     FamilyContext,
-    add_check,
     answer_print,
     decimals_for,
     explore_cell,
@@ -23,6 +22,7 @@ from deepanalyze_env.offline.bank.families.base import (
     pick,
     q,
     register_family,
+    retired_check_draws,
 )
 from deepanalyze_env.offline.bank.families.basic import SINGLE, level_text, pick_level, single_ws
 from deepanalyze_env.offline.bank.sources import TimeSpec
@@ -234,7 +234,7 @@ def timeseries(ctx: FamilyContext) -> list[Draft]:
                 key=key,
             )
         )
-        add_check(out[-1], rng, [tcol, col])
+        retired_check_draws(out[-1], rng)
     return out
 
 
