@@ -14,7 +14,8 @@ by hand with the arguments saved in ``stages.json``, and a stage's memory is fre
    sampling k episodes per train task (``rft/roundN/sample``), its correct episodes
    (``offline/correct.py``) and ``train`` of the SFT recipe on them (``rft/roundN/model``), then
    ``eval-rft/``;
-6. ``train`` of the GRPO recipe from the current model (SFT, or RFT) on the train tasks (``grpo/``), then ``eval-grpo/``;
+6. ``train`` of the GRPO recipe from the current model (SFT, or RFT) on the train tasks
+   (``grpo/``), then ``eval-grpo/``;
 7. ``eval`` of the last model on the test tasks, once, when the pipeline has test tasks.
 
 Why a command that chains commands rather than a recipe backend: every stage already exists as

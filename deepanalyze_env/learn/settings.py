@@ -85,6 +85,8 @@ class RftSettings(StageRecipe):
     """Evaluate on dev after every round (``eval-rft1/`` …); off: only after the last (``eval-rft/``)."""
 
     def check(self, where: str) -> None:
+        """Bounds, one line each; a YAML integer temperature or threshold becomes a float here."""
+        self.temperature, self.threshold = float(self.temperature), float(self.threshold)
         if self.k < 1 or self.rounds < 1 or self.tasks < 0:
             raise ConfigError(f"{where}: rft needs k >= 1, rounds >= 1 and tasks >= 0")
         if self.temperature < 0:
