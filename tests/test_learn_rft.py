@@ -276,3 +276,48 @@ def test_a_first_round_that_keeps_nothing_trains_nothing_and_adds_no_eval(tmp_pa
     rounds = rft_stages(run)
     assert len(fake.commands) == 1 and run.model == "start" and run.order == []
     assert rounds[0]["kept"] == 0 and not rounds[0]["trained"]
+
+
+@pytest.mark.slow
+def test_tiny_rft_pipeline_runs_end_to_end(tmp_path):
+    """A real run (minutes on 2 cores; -m 'not slow' leaves it out): SFT, one RFT round sampled
+    from the SFT model, its correct episodes (as counted by hand) and the round in learn.json."""
+    pytest.importorskip("trl")
+    from deepanalyze_env.cli import main
+
+    out = tmp_path / "learn"
+    overrides = [
+        f"output_dir={out}",
+        "bank.families=[filter_count]",
+        "bank.tables=[fair, wine]",
+        "tasks.train=2",
+        "tasks.dev=1",
+        "env.max_turns=4",
+        "eval.before=false",
+        "eval.max_tokens=8",
+        "sft.set.max_steps=1",
+        "rft.k=2",
+        "rft.tasks=0",
+        "rft.rounds=1",
+        "rft.max_tokens=8",
+        "rft.set.max_steps=1",
+    ]
+    assert main(["learn", str(PIPELINE), *overrides]) == 0
+    _check_rft_run(out, k=2)
+
+
+def _check_rft_run(out: Path, k: int) -> None:
+    """What a real run with an rft stage leaves, checked against its own records."""
+    summary = json.loads((out / "learn.json").read_text())
+    stages = json.loads((out / "stages.json").read_text())
+    first = summary["rft"][0]
+    records, _ = load_eval(out / "rft" / "round1" / "sample")
+    assert first["episodes"] == len(records) == k * summary["tasks"]["train"]
+    assert first["kept"] == sum(is_correct(r) for r in records)
+    assert len((out / "rft" / "round1" / "kept.jsonl").read_text().splitlines()) == first["kept"]
+    assert stages["rft_sample1"]["seconds"] is not None and "sample" in first["memory"]
+    assert first["trained"] == (first["kept"] > 0) == ("rft_sft1" in stages) == ("rft" in summary["dev"])
+    if first["trained"]:
+        assert (out / "rft" / "round1" / "model" / "model.safetensors").is_file()
+        assert summary["model"] == str(out / "rft" / "round1" / "model")
+    assert "RFT round 1" in (out / "learn.md").read_text()
