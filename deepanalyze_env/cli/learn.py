@@ -14,6 +14,7 @@ from deepanalyze_env.learn import (
     StageFailed,
     comparison_lines,
     memory_line,
+    rft_lines,
     run_pipeline,
     table,
     warning_lines,
@@ -43,7 +44,7 @@ def cmd_learn(args: argparse.Namespace) -> int:
     for line in warning_lines(summary):
         console.print(line, style="bold red", highlight=False)
     console.print(table(summary))
-    for line in comparison_lines(summary):
+    for line in [*comparison_lines(summary), *rft_lines(summary)]:
         console.print(line, highlight=False)
     memory = memory_line(summary)
     if memory:

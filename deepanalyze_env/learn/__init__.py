@@ -11,8 +11,13 @@ by hand with the arguments saved in ``stages.json``, and a stage's memory is fre
    the pipeline's env config (``reference/``): the SFT data, rendered as the trainers see episodes;
 4. ``train`` of the SFT recipe on those records, or on ``sft.references`` of them (a seeded,
    family-stratified sample), (``sft/``, a model folder), then ``eval-sft/``;
-5. ``train`` of the GRPO recipe from the SFT model on the train tasks (``grpo/``), then ``eval-grpo/``;
-6. ``eval`` of the last model on the test tasks, once, when the pipeline has test tasks.
+5. with an ``rft`` section, rejection-sampling fine-tuning rounds from the current model: ``eval``
+   sampling k episodes per train task (``rft/roundN/sample``), its correct episodes
+   (``offline/correct.py``) and ``train`` of the SFT recipe on them (``rft/roundN/model``), then
+   ``eval-rft/``;
+6. ``train`` of the GRPO recipe from the current model (SFT, or RFT) on the train tasks
+   (``grpo/``), then ``eval-grpo/``;
+7. ``eval`` of the last model on the test tasks, once, when the pipeline has test tasks.
 
 Why a command that chains commands rather than a recipe backend: every stage already exists as
 a command with its own output folder, resume and report; chaining them keeps one implementation
@@ -42,7 +47,15 @@ Output: ``learn.json`` (per-stage dev metrics, stage seconds, paired comparisons
 
 from __future__ import annotations
 
-from deepanalyze_env.learn.outputs import comparison_lines, markdown, memory_line, plot, table, warning_lines
+from deepanalyze_env.learn.outputs import (
+    comparison_lines,
+    markdown,
+    memory_line,
+    plot,
+    rft_lines,
+    table,
+    warning_lines,
+)
 from deepanalyze_env.learn.run import run_pipeline
 from deepanalyze_env.learn.settings import Pipeline
 from deepanalyze_env.learn.stages import StageFailed, content_digest
@@ -55,6 +68,7 @@ __all__ = [
     "markdown",
     "memory_line",
     "plot",
+    "rft_lines",
     "run_pipeline",
     "table",
     "warning_lines",

@@ -37,6 +37,24 @@ def comparison_lines(summary: LearnSummary) -> list[str]:
     return lines
 
 
+def rft_lines(summary: LearnSummary) -> list[str]:
+    """One line per rejection-sampling round: what its sample found, what it kept, its cost."""
+    lines = []
+    for r in summary.get("rft") or []:
+        sample = r["sample"]
+        peaks = ", ".join(f"{k} {gib(v.get('peak_pss_bytes'))}" for k, v in r["memory"].items())
+        seconds = ", ".join(f"{k} {v} s" for k, v in r["seconds"].items())
+        line = (
+            f"RFT round {r['round']}: {r['episodes']} sampled episodes, sampled accuracy "
+            f"{_f(sample['accuracy'])}, gate {_f(sample['format_gate_pass_rate'])}; kept {r['kept']} correct "
+            f"episodes from {r['tasks_correct']} of {r['tasks']} tasks"
+        )
+        line += f"; {seconds}" if seconds else ""
+        line += f"; peak memory {peaks}" if peaks else ""
+        lines.append(line if r["trained"] else line + "; nothing kept: no SFT, the rounds stopped")
+    return lines
+
+
 def warning_lines(summary: LearnSummary) -> list[str]:
     """What makes the table less than a like-for-like comparison, said above it."""
     lines = []
@@ -112,6 +130,7 @@ def markdown(summary: LearnSummary) -> str:
             f"| {_f(m['accuracy'])} |"
         )
     lines += ["\n" + line for line in comparison_lines(summary)]
+    lines += ["\n" + line for line in rft_lines(summary)]
     lines.append("\nStage seconds: " + ", ".join(f"{k} {v}" for k, v in summary["seconds"].items()))
     memory = memory_line(summary)
     if memory:

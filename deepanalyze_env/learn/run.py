@@ -21,6 +21,7 @@ from deepanalyze_env.learn.summary import (
     GrpoStep,
     Headline,
     LearnSummary,
+    RftRound,
     SampledHeadline,
     compare_stages,
     coverage,
@@ -277,6 +278,100 @@ def sft_stages(run: Run) -> None:
         run.evaluate("sft", "dev eval: after SFT")
 
 
+def rft_pool(run: Run) -> Path:
+    """The train tasks RFT samples: every one, or ``rft.tasks`` of them, family-stratified."""
+    assert run.pipe.rft is not None
+    pool = run.files["train"]
+    if not run.pipe.rft.tasks:
+        return pool
+    tasks = [json.loads(x) for x in pool.read_text().splitlines() if x.strip()]
+    chosen = sample_tasks(tasks, run.pipe.rft.tasks, run.pipe.seed + 200)
+    pool = run.out / "tasks" / "rft.jsonl"
+    pool.parent.mkdir(parents=True, exist_ok=True)
+    pool.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in chosen))
+    return pool
+
+
+def rft_stages(run: Run) -> list[RftRound]:
+    """Rejection-sampling fine-tuning: per round, ``k`` sampled episodes per task of the current
+    model (stage ``rft_sampleN``, an ``eval`` in ``rft/roundN/sample``), its correct episodes
+    (``rft/roundN/kept.jsonl``, selected here: a file filter, no model) and SFT on them from the
+    current model (stage ``rft_sftN``, ``rft/roundN/model``); then a dev eval after every round
+    (``eval-rftN/``, with ``rft.eval_rounds``) or after the last trained one (``eval-rft/``). A
+    round that keeps nothing trains nothing and ends the rounds (none trained: no RFT eval, the
+    model is unchanged)."""
+    pipe, out = run.pipe, run.out
+    rft = pipe.rft
+    assert rft is not None
+    from deepanalyze_env.offline.correct import write_correct
+
+    pool = rft_pool(run)
+    rounds: list[RftRound] = []
+    for number in range(1, rft.rounds + 1):
+        folder = out / "rft" / f"round{number}"
+        sample = eval_command(
+            pipe,
+            run.model,
+            pool,
+            folder / "sample",
+            run.config,
+            samples=rft.k,
+            temperature=rft.temperature,
+            max_tokens=rft.max_tokens,
+        )
+        names = {"sample": f"rft_sample{number}", "sft": f"rft_sft{number}"}
+        run.stages.run(
+            names["sample"],
+            f"RFT round {number}: {rft.k} episodes per task sampled at temperature {rft.temperature}",
+            sample,
+            folder / "sample",
+            [pool, run.config, *model_inputs(run.model)],
+            check=eval_gap,
+        )
+        kept = folder / "kept.jsonl"
+        counts = write_correct(folder / "sample", kept, rft.threshold)
+        console.print(
+            f"RFT round {number}: kept {counts['kept']} of {counts['episodes']} episodes (correct: gate and "
+            f"accuracy >= {rft.threshold}), {counts['tasks_correct']} of {counts['tasks']} tasks",
+            highlight=False,
+        )
+        trained = counts["kept"] > 0
+        if trained:
+            train = TrainCommand(
+                rft.recipe,
+                folder / "model",
+                run.model,
+                kept,
+                overrides=(*rft.overrides(), *template_override(pipe)),
+            )
+            inputs = [Path(rft.recipe), kept, *model_inputs(run.model)]
+            title = f"RFT round {number}: SFT on the correct episodes"
+            run.stages.run(names["sft"], title, train, folder / "model", inputs)
+            run.model = str(folder / "model")
+        rounds.append(
+            {
+                "round": number,
+                "model": run.model,
+                "sample": headline(folder / "sample"),
+                "episodes": counts["episodes"],
+                "kept": counts["kept"],
+                "tasks": counts["tasks"],
+                "tasks_correct": counts["tasks_correct"],
+                "trained": trained,
+                "seconds": {k: run.stages.seconds[v] for k, v in names.items() if v in run.stages.seconds},
+                "memory": {k: run.stages.memory[v] for k, v in names.items() if v in run.stages.memory},
+            }
+        )
+        if not trained:
+            console.print(f"RFT round {number} kept no episode: the rounds stop, the model stays {run.model}")
+            break
+        if rft.eval_rounds:
+            run.evaluate(f"rft{number}", f"dev eval: after RFT round {number}")
+    if not rft.eval_rounds and any(r["trained"] for r in rounds):
+        run.evaluate("rft", f"dev eval: after RFT ({len(rounds)} rounds)")
+    return rounds
+
+
 def grpo_stages(run: Run) -> list[GrpoStep]:
     """GRPO from the current model (after the estimate and budget check), then its dev eval;
     returns GRPO's per-step figures."""
@@ -321,6 +416,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> LearnSummary:
     if pipe.sft is not None:
         sft_stages(run)
     sampled = sampled_eval(pipe, stages, run.model, files, config) if pipe.eval.sampled_k else None
+    rounds = rft_stages(run) if pipe.rft is not None else []
     steps = grpo_stages(run) if pipe.grpo is not None else []
     test = run.evaluate("test", "test eval: the last model, once", split="test") if "test" in files else None
 
@@ -336,6 +432,7 @@ def run_pipeline(pipe: Pipeline, fresh: bool = False) -> LearnSummary:
         "test": test,
         "comparisons": compare_stages(out, run.order),
         "grpo_steps": steps,
+        "rft": rounds,
         "seconds": stages.seconds | {"total": round(time.monotonic() - start, 1)},
         "memory": stages.memory,
     }

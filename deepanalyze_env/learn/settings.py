@@ -59,6 +59,43 @@ class StageRecipe:
         return [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in self.set.items()]
 
 
+@dataclass
+class RftSettings(StageRecipe):
+    """Rejection-sampling fine-tuning (expert iteration), stage ``rft``: each round samples ``k``
+    episodes per train task from the current model, keeps the correct ones (scored, through the
+    format gate, accuracy at or above ``threshold``: ``offline/correct.py``, the eval report's
+    accuracy) and fine-tunes the model on them with the SFT recipe (``recipe`` and ``set``, as an
+    ``sft`` stage); the next round starts from that model."""
+
+    k: int = 4
+    """Episodes sampled per task and round (more finds a correct episode on harder tasks)."""
+    temperature: float = 0.7
+    """Sampling temperature of the rounds' samples (0 would give k copies of one episode)."""
+    max_tokens: int | None = None
+    """Tokens per policy turn in the samples; None: the pipeline's ``eval.max_tokens``."""
+    tasks: int = 0
+    """Train tasks sampled each round, family-stratified and seeded (0: every train task)."""
+    rounds: int = 1
+    """Sample-select-fine-tune rounds, each from the previous round's model; a round that keeps
+    no episode ends them (the next would sample the same model again)."""
+    threshold: float = 1.0
+    """An episode is correct when its accuracy is at or above this (eval's ``--pass-threshold``);
+    0 keeps every scored episode that passed the gate of a method with an accuracy component."""
+    eval_rounds: bool = False
+    """Evaluate on dev after every round (``eval-rft1/`` …); off: only after the last (``eval-rft/``)."""
+
+    def check(self, where: str) -> None:
+        """Bounds, one line each; a YAML integer temperature or threshold becomes a float here."""
+        self.temperature, self.threshold = float(self.temperature), float(self.threshold)
+        if self.k < 1 or self.rounds < 1 or self.tasks < 0:
+            raise ConfigError(f"{where}: rft needs k >= 1, rounds >= 1 and tasks >= 0")
+        if self.temperature < 0:
+            raise ConfigError(f"{where}: rft.temperature must be >= 0")
+
+
+RFT_KEYS = tuple(f.name for f in fields(RftSettings) if f.name not in ("recipe", "set"))
+
+
 def flatten(mapping: JsonObject, prefix: str = "") -> dict[str, JsonValue]:
     """``{"trl": {"beta": 0}, "trl.lr": 1}`` -> ``{"trl.beta": 0, "trl.lr": 1}``: a stage's ``set``
     may be written nested (YAML) or dotted (the file, or ``grpo.set.trl.beta=0`` on the command
@@ -139,6 +176,7 @@ class Pipeline:
     eval: EvalSettings = field(default_factory=EvalSettings)
     sft: SftStage | None = None
     grpo: StageRecipe | None = None
+    rft: RftSettings | None = None  # rejection-sampling fine-tuning after SFT, before GRPO
     curriculum: CurriculumSettings | None = None  # None: GRPO samples tasks as its recipe says
     seed: int = 0  # the task sample
     # chat template arguments for every stage's prompts (SFT, evals, GRPO): Qwen3's enable_thinking
@@ -175,7 +213,7 @@ class Pipeline:
         if bad:
             raise ConfigError(f"{path}: unknown split tasks.{bad[0]} (known: {', '.join(SPLITS)})")
         stages = {}
-        for name in ("sft", "grpo"):
+        for name in ("sft", "grpo", "rft"):
             section = tree.get(name)
             if section is None:
                 stages[name] = None
@@ -194,6 +232,7 @@ class Pipeline:
                 raise ConfigError(f"{path}: {name}.set must be a mapping of recipe keys to values")
             stages[name] = StageRecipe(str(recipe), flatten(overrides))
         sft = SftStage.of(stages["sft"], tree.get("sft"), str(path))
+        rft = _rft(tree.get("rft"), stages.pop("rft"), path)
         try:
             settings = EvalSettings(**(tree.get("eval") or {}))
         except TypeError as exc:
@@ -228,6 +267,7 @@ class Pipeline:
             eval=settings,
             sft=sft,
             grpo=stages["grpo"],
+            rft=rft,
             curriculum=curriculum,
             seed=int(tree.get("seed", 0)),
             chat_template_kwargs=dict(kwargs),
@@ -241,6 +281,21 @@ class Pipeline:
             )
         pipe.chat_template_kwargs = template_kwargs(pipe)
         return pipe
+
+
+def _rft(section: JsonValue, stage: StageRecipe | None, path: Path) -> RftSettings | None:
+    """The ``rft`` section: its recipe and ``set`` read as any stage's, then its own keys."""
+    if stage is None or not isinstance(section, dict):
+        return None
+    unknown = [k for k in section if k not in ("recipe", "set", *RFT_KEYS)]
+    if unknown:
+        raise ConfigError(f"{path}: unknown key rft.{unknown[0]} (known: recipe, set, {', '.join(RFT_KEYS)})")
+    try:
+        rft = RftSettings(stage.recipe, stage.set, **{k: section[k] for k in RFT_KEYS if k in section})
+    except TypeError as exc:
+        raise ConfigError(f"{path}: rft: {exc}")
+    rft.check(str(path))
+    return rft
 
 
 def _template_ref(ref: JsonValue, path: Path) -> str | None:
@@ -257,13 +312,13 @@ def _template_ref(ref: JsonValue, path: Path) -> str | None:
 
 def template_kwargs(pipe: Pipeline) -> JsonObject:
     """The chat template arguments every stage renders prompts with: the pipeline's
-    ``chat_template_kwargs``, else the one its SFT and GRPO recipes set (``trl.chat_template_kwargs``;
+    ``chat_template_kwargs``, else the one its SFT, GRPO and RFT recipes set (``trl.chat_template_kwargs``;
     two different ones are an error), so SFT, the evals and the GRPO rollout see the same prompts."""
 
     if pipe.chat_template_kwargs:
         return pipe.chat_template_kwargs
     found = {}
-    for name in ("sft", "grpo"):
+    for name in ("sft", "grpo", "rft"):
         stage = getattr(pipe, name)
         if stage is not None:
             value = load_recipe(stage.recipe, stage.overrides()).trl.get("chat_template_kwargs")
@@ -271,8 +326,8 @@ def template_kwargs(pipe: Pipeline) -> JsonObject:
                 found[name] = value
     if len({json.dumps(v, sort_keys=True) for v in found.values()}) > 1:
         raise ConfigError(
-            f"{pipe.source}: the sft and grpo recipes set different trl.chat_template_kwargs "
-            f"({found['sft']} vs {found['grpo']}); set the pipeline's chat_template_kwargs for both"
+            f"{pipe.source}: the {' and '.join(found)} recipes set different trl.chat_template_kwargs "
+            f"({' vs '.join(str(v) for v in found.values())}); set the pipeline's chat_template_kwargs"
         )
     return next(iter(found.values()), {})
 

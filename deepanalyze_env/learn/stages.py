@@ -242,6 +242,8 @@ MEMORY_HINTS = {
     "sft": "sft.set.trl.per_device_train_batch_size or sft.set.trl.max_length",
     "eval": "eval.concurrency (episodes whose turns are generated as one batch) or eval.max_tokens",
     "estimate": "eval.concurrency or curriculum.samples",
+    "rft_sample": "eval.concurrency or rft.max_tokens",
+    "rft_sft": "rft.set.trl.per_device_train_batch_size or rft.set.trl.max_length",
 }
 
 

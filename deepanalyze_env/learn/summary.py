@@ -74,6 +74,22 @@ class GrpoStep(TypedDict):
     memory: dict[str, PeakFigures] | None
 
 
+class RftRound(TypedDict):
+    """One round of rejection-sampling fine-tuning: its sample (``rft/roundN/sample``, read
+    through the eval report) and what was kept from it (``offline/correct.py``'s counts)."""
+
+    round: int
+    model: str  # the model the round ends with (the one it started from when nothing was kept)
+    sample: Headline  # the sample's figures at the round's temperature (accuracy: pass@1 of k)
+    episodes: int  # sampled episodes (planned; a missing one counts as not correct)
+    kept: int  # correct episodes: the round's SFT data
+    tasks: int
+    tasks_correct: int  # tasks with at least one correct episode
+    trained: bool  # False: nothing was kept, no SFT ran, and the rounds stopped
+    seconds: dict[str, float]  # sample / sft -> seconds (each its own process)
+    memory: dict[str, PeakFigures]  # sample / sft -> its process tree's peak
+
+
 class LearnSummary(TypedDict):
     """``learn.json``: what ``learn.md``, ``learn.png`` and the console table show."""
 
@@ -88,6 +104,7 @@ class LearnSummary(TypedDict):
     test: Headline | None
     comparisons: dict[str, StageComparison]  # "a->b" -> paired comparison
     grpo_steps: list[GrpoStep]
+    rft: list[RftRound]  # rejection-sampling rounds, in order (none without an rft stage)
     seconds: dict[str, float]  # stage -> seconds, and the total
     # each stage's peak memory (its whole process tree: kernel workers included); PSS counts a page
     # shared by several processes once
