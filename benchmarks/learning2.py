@@ -121,14 +121,15 @@ class Config:
     sft: dict[str, Any] = field(
         default_factory=lambda: {
             "recipe": "recipes/trl_sft_cpu.yaml",
-            "set": {"max_steps": 108, "trl.gradient_accumulation_steps": 2, "trl.learning_rate": 2e-4},
+            "references": "all",  # every train reference (they fit max_turns 3); the sweep may pick fewer
+            "set": {"trl.gradient_accumulation_steps": 2, "trl.learning_rate": 2e-4},  # one epoch
         }
     )
     curriculum: dict[str, Any] | None = field(
         default_factory=lambda: {
             "tasks": 16,
             "samples": 2,
-            "set": {"accuracy_components": [], "success_threshold": -0.5},
+            "set": {},  # success = the task's accuracy component (the curriculum's default)
         }
     )
     grpo: dict[str, Any] | None = field(
@@ -165,11 +166,9 @@ class Config:
     budget_minutes: float = 120.0  # per seed and branch: SFT's stages + the branch's
     accuracy_target: float = 0.5  # task set two: dev accuracy after the whole pipeline
     pending: tuple[str, ...] = (
-        "sft: every train reference usable (h41-sft's references setting / turn budget) and the "
-        "SFT size from its sweep on train",
-        "grpo, curriculum: h41-grpo's defaults (overlong penalty or score_truncated, constant lr, "
-        "accuracy-keyed curriculum, group size and tasks per step chosen on train)",
-        "rft: h41-rft's stage section (samples per task, tasks per round, SFT steps per round)",
+        "sft: the number of references from benchmarks/sft_sweep.py (on held-out train tables)",
+        "grpo: group size and tasks per step chosen by measurement on train",
+        "rft: its SFT learning rate (5e-5, not yet chosen on train)",
     )
 
     def to_json(self) -> dict[str, Any]:
