@@ -15,6 +15,7 @@ import pytest
 from deepanalyze_env.cli import main
 from deepanalyze_env.core.records import load_run, write_jsonl_atomic
 from rewards.judge import prompt_hash
+from tests.tiny_llama import tiny_llama
 from tests.viewer_runs import XSS_TASK, shared_run
 
 datasets = pytest.importorskip("datasets")
@@ -193,24 +194,11 @@ def test_bad_split_arguments_are_one_line_errors(viewer_run: Path, tmp_path: Pat
 def test_messages_column_trains_with_trl_sft_trainer(viewer_run: Path, tmp_path: Path, tiny_tokenizer):
     torch = pytest.importorskip("torch")
     trl = pytest.importorskip("trl")
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     ds = load(export(tmp_path, str(viewer_run), "--keep", 'reward_status == "scored"'), tmp_path)["train"]
     torch.manual_seed(0)
     tok = tiny_tokenizer
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=4096,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
-    )
+    model = tiny_llama(tok, max_position_embeddings=4096)
     config = trl.SFTConfig(
         output_dir=str(tmp_path / "sft"),
         use_cpu=True,

@@ -18,6 +18,7 @@ from deepanalyze_env.trainers.trl.environment import (
     tool_dataset_rows,
 )
 from tests.conftest import qa_extras
+from tests.tiny_llama import tiny_llama
 
 PROMPT = [{"role": "user", "content": "Which store has the highest revenue?"}]
 SUMS = "import pandas as pd\nprint(pd.read_csv('sales.csv').groupby('store').revenue.sum())"
@@ -137,24 +138,12 @@ def test_grpo_trainer_runs_episodes_through_the_factory(
     torch = pytest.importorskip("torch")
     trl = pytest.importorskip("trl")
     from datasets import Dataset
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(smollm2_tokenizer.name_or_path)
     tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
     torch.manual_seed(0)
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=2048,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
-    )
+    model = tiny_llama(tok, max_position_embeddings=2048)
     monkeypatch.setattr(trl.GRPOTrainer, "_generate_single_turn", scripted_turns(tok))
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     env_config = {"workspace_root": str(workspace_root), "executor": {"timeout_s": 5}}

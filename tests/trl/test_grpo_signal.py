@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from tests.tiny_llama import tiny_llama
+
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 
 import yaml  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from deepanalyze_env.core.config import ConfigError  # noqa: E402
 from deepanalyze_env.trainers.recipes import load_recipe  # noqa: E402
@@ -55,18 +56,7 @@ def test_a_length_cut_is_scored_as_a_failed_gate_and_its_advantage_is_below_its_
     rollout = DeepAnalyzeRollout(
         [row], {"workspace_root": str(workspace_root)}, generator=generate, score_truncated=True
     )
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
-    )
+    model = tiny_llama(tok, hidden=16)
     config = trl.GRPOConfig(
         output_dir=str(tmp_path),
         use_cpu=True,

@@ -8,11 +8,12 @@ import math
 
 import pytest
 
+from tests.tiny_llama import tiny_llama
+
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 
 from datasets import Dataset  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from deepanalyze_env.trainers.trl.rollout_func import (  # noqa: E402
     DeepAnalyzeRollout,
@@ -60,18 +61,7 @@ def test_unscorable_episode_is_left_out_of_the_group_baseline(tiny_tokenizer, wo
         **qa_extras(reward_spec={"method": "qa_breaks_on_c", "ground_truth": "B"}),
     }
     rollout = DeepAnalyzeRollout([row], {"workspace_root": str(workspace_root)}, generator=generate)
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
-    )
+    model = tiny_llama(tok)
     config = trl.GRPOConfig(
         output_dir=str(tmp_path),
         use_cpu=True,

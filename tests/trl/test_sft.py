@@ -17,6 +17,7 @@ from deepanalyze_env.cli import main
 from deepanalyze_env.core.records import read_records
 from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, trl_prompt
 from deepanalyze_env.trainers.trl.sft_data import IGNORE_INDEX, SFTDataError, render_record, select_records
+from tests.tiny_llama import tiny_llama
 from tests.trl.test_rollout_masks import ANSWER_TURN, CODE_TURN, fake_trainer, row, scripted
 
 # A cell that prints the text of the tokenizer's EOS token: it must stay text, not become EOS.
@@ -258,19 +259,8 @@ def test_a_recovered_episode_trains_only_on_the_turns_after_its_prefix(tiny_toke
 
 def _tiny_model(tok, folder: Path, hidden: int = 16) -> Path:
     """A one-layer Llama over ``tok``, randomly initialised, saved with its tokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
+    tiny_llama(tok, hidden=hidden).save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
 

@@ -12,11 +12,13 @@ import copy
 
 import pytest
 
+from tests.tiny_llama import tiny_llama
+
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 
 from datasets import Dataset  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
 
 from deepanalyze_env.trainers.trl.rollout_func import environment_reward  # noqa: E402
 from deepanalyze_env.trainers.trl.skip_rows import (  # noqa: E402
@@ -32,18 +34,7 @@ TOKENS = 12
 
 def _model(tok):
     torch.manual_seed(0)
-    return LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
-    )
+    return tiny_llama(tok)
 
 
 class _Grads(TrainerCallback):
