@@ -275,7 +275,8 @@ def markdown(r: SweepResult) -> str:
         f"{', '.join(r['val_tables'])} (never dev or test); SFT pool: {r['fit_tasks']} train tasks "
         f"of the other train tables, {r['references_passed']} references passed at max_turns "
         f"{r['max_turns']}. Each size: SFT from {r['model']} (`recipes/trl_sft_cpu.yaml`, one epoch, "
-        f"lr {r['sft_lr']}), then one greedy episode per validation task ({r['max_turn_tokens']} tokens a turn).",
+        f"lr {r['sft_lr']}), then one greedy episode per validation task "
+        f"({r['max_turn_tokens']} tokens a turn).",
         "",
         "Cells: accuracy (pass@1; correct/tasks) [Wilson 95 %] · format gate (passed/tasks) [Wilson 95 %]; "
         "a missing episode is wrong and fails the gate.",
