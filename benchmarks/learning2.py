@@ -27,6 +27,7 @@ Usage::
     python benchmarks/learning2.py --task-set two --write-config     # before the first run
     python benchmarks/learning2.py --task-set two --seed 0           # hours on 2 cores
     python benchmarks/learning2.py --task-set two --seed 1
+    python benchmarks/learning2.py --task-set two --seed 1 --stop-after sft   # a part, reused later
     python benchmarks/learning2.py --task-set two --report           # the section, from the seeds run
     python benchmarks/learning2.py --tiny                            # minutes: stages run, no numbers
 
@@ -386,6 +387,32 @@ def rft_branch(
     }
 
 
+def measure_sft(cfg: Config, root: Path, seed: int, sft_model: str) -> tuple[Path, Path, float]:
+    """Outside the timed budget, the SFT model's own measurements: pass@k on dev (k sampled
+    episodes per task at GRPO's temperature), then its test eval (the SFT model is final once
+    trained). (pass@k folder, test folder, their seconds.)"""
+    pipe, files, config = measure_setup(cfg, root / "measure", seed)
+    sampled, seconds = measure_eval(
+        pipe, files, config, root / "measure", "passk-sft", sft_model, "dev",
+        samples=cfg.pass_k, temperature=grpo_temperature(cfg),
+    )  # fmt: skip
+    test, more = measure_eval(pipe, files, config, root / "measure", "test-sft", sft_model, "test")
+    return sampled, test, seconds + more
+
+
+def grpo_temperature(cfg: Config) -> float:
+    return float((cfg.grpo or {}).get("set", {}).get("trl.temperature", 0.7))
+
+
+def run_sft(cfg: Config, work: Path, seed: int, fresh: bool) -> None:
+    """``--stop-after sft``: a seed's SFT pipeline and the SFT model's measurements, nothing else
+    (a seed split across sittings: the full run reuses these stages from ``stages.json``)."""
+    root = work / f"seed{seed}"
+    sft = run_file(sft_pipeline(cfg, root / "sft", seed), fresh)
+    measure_sft(cfg, root, seed, sft["model"])
+    print(f"{root}: SFT pipeline and the SFT model's measurements done; rerun without --stop-after")
+
+
 def run_seed(cfg: Config, work: Path, seed: int, fresh: bool, branches_run: Sequence[str]) -> dict[str, Any]:
     root = work / f"seed{seed}"
     load = [os.getloadavg()[0]]
@@ -414,19 +441,19 @@ def run_seed(cfg: Config, work: Path, seed: int, fresh: bool, branches_run: Sequ
     pipeline_seconds = stage_seconds(sft) + sum(b["stage_seconds"] for b in branches.values())
 
     # outside the timed budget: pass@k of the SFT model, then the test split once per model
+    sampled, test_sft, measure_seconds = measure_sft(cfg, root, seed, sft_model)
     pipe, files, config = measure_setup(cfg, root / "measure", seed)
-    temperature = float((cfg.grpo or {}).get("set", {}).get("trl.temperature", 0.7))
-    sampled, measure_seconds = measure_eval(
-        pipe, files, config, root / "measure", "passk-sft", sft_model, "dev",
-        samples=cfg.pass_k, temperature=temperature,
-    )  # fmt: skip
+    temperature = grpo_temperature(cfg)
     sft_dev = last_dev_folder(sft)
     assert sft_dev is not None, "the SFT pipeline evaluates its model on dev"
     models = {"sft": sft_model, **{name: b["model"] for name, b in branches.items()}}
-    test = {}
+    test = {"sft": test_sft}
     for name, m in models.items():
-        test[name], seconds = measure_eval(pipe, files, config, root / "measure", f"test-{name}", m, "test")
-        measure_seconds += seconds
+        if name != "sft":
+            test[name], seconds = measure_eval(
+                pipe, files, config, root / "measure", f"test-{name}", m, "test"
+            )
+            measure_seconds += seconds
     dev = {"sft": sft_dev, **{name: Path(b["dev_folder"]) for name, b in branches.items()}}
     load.append(os.getloadavg()[0])
 
@@ -505,6 +532,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run only these of the configured RL branches (e.g. grpo where the rft stage is not in the "
         "code yet); the report names a configured branch that did not run",
     )
+    p.add_argument(
+        "--stop-after",
+        choices=["sft"],
+        help="sft: run the seed's SFT pipeline and the SFT model's measurements (pass@k, test), then "
+        "stop; the full run reuses them (a seed split across sittings)",
+    )
     p.add_argument("--allow-pending", action="store_true", help="run although settings are marked pending")
     p.add_argument("--fresh", action="store_true", help="rerun every stage")
     p.add_argument(
@@ -537,6 +570,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         if cfg.pending and not args.allow_pending:
             sys.exit("settings still pending (see config.md); fix them in Config, --write-config, then run")
+        if args.stop_after == "sft":
+            run_sft(cfg, work, args.seed, args.fresh)
+            return 0
         result = run_seed(cfg, work, args.seed, args.fresh, branches_to_run(cfg, args))
         print("\n".join(seed_lines(cfg.to_json(), result)))
     results = [json.loads(p.read_text()) for p in sorted(work.glob("seed*/result.json"))]
