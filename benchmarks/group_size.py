@@ -182,13 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     pick = choose_group(rows)
     tokenizer = load_tokenizer(str(model))
     episodes = load_records([folder])
-    measured = [
+    fits = [
         measure_budgets(
             tokenizer, episodes, max_completion_length=b, max_turn_tokens=args.max_tokens
         ).as_dict()
         for b in sorted(args.budgets)
     ]
-    fits = [m.as_dict() for m in measured]
     budget = next((f for f in fits if f["cut_fraction"] <= CUT_TARGET), fits[-1])
     correct = sum(c for _, c in counts.values())
     n_all = sum(n for n, _ in counts.values())

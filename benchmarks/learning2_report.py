@@ -79,6 +79,9 @@ def config_lines(cfg: Json) -> list[str]:
         "",
         "Targets: " + targets_text(cfg),
     ]
+    if cfg.get("chosen"):
+        lines += ["", "How the settings were chosen (on train; never dev or test):"]
+        lines += [f"- {c}" for c in cfg["chosen"]]
     if cfg["pending"]:
         lines += ["", "**PENDING — to be fixed before the first run:**"]
         lines += [f"- {p}" for p in cfg["pending"]]
