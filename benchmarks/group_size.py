@@ -28,7 +28,7 @@ Rules, fixed before the measurement (the script applies them and prints its choi
 Output in ``--work`` (default: the sweep's folder, ``group-size/``): ``group_size.json`` and
 ``group_size.md`` (a RESULTS.md section).
 
-Usage: ``python benchmarks/group_size.py [--sweep /work/bench/sft-sweep] [--size all] [--tasks 32]``
+Usage: ``python benchmarks/group_size.py [--sweep runs/sft-sweep] [--size all] [--tasks 32]``
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ TIE = 0.10  # a larger group within this fraction of the best per-episode rate w
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sweep", default="/work/bench/sft-sweep", help="benchmarks/sft_sweep.py's --work")
+    p.add_argument("--sweep", default="runs/sft-sweep", help="benchmarks/sft_sweep.py's --work")
     p.add_argument("--size", default="all", help="which of the sweep's SFT models to sample")
     p.add_argument("--work", default=None, help="output folder (default: SWEEP/group-size)")
     p.add_argument("--tasks", type=int, default=32, help="held-out train tasks sampled (0: all)")
