@@ -40,7 +40,6 @@ import os
 import platform
 import sys
 import time
-from collections import defaultdict
 from math import comb
 from pathlib import Path
 from statistics import mean
@@ -55,7 +54,7 @@ from deepanalyze_env.learn.commands import EvalCommand  # noqa: E402
 from deepanalyze_env.learn.stages import Stages, eval_gap, model_inputs  # noqa: E402
 from deepanalyze_env.learn.tasks import sample_tasks  # noqa: E402
 from deepanalyze_env.offline.correct import is_correct  # noqa: E402
-from deepanalyze_env.offline.eval_report import FAILED, ReportRecord, load_eval, task_key  # noqa: E402
+from deepanalyze_env.offline.eval_report import FAILED, ReportRecord, load_eval, per_task  # noqa: E402
 from deepanalyze_env.trainers.trl.budgets import CUT_TARGET, measure_budgets  # noqa: E402
 from deepanalyze_env.trainers.trl.sft_data import load_records  # noqa: E402
 
@@ -153,17 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         [tasks, config, *model_inputs(str(model))],
         check=eval_gap,
     )
-    records, _ = load_eval(folder)
-    by_task: dict[str, list[ReportRecord]] = defaultdict(list)
-    for r in records:
-        by_task[task_key(r)].append(r)
+    by_task = per_task(load_eval(folder)[0])
     counts = {t: (len(rs), sum(is_correct(r) for r in rs)) for t, rs in by_task.items()}
-    rewards = {
-        t: [
-            float(r["reward"]) for r in rs if r.get("reward_status") in FAILED and r.get("reward") is not None
-        ]
-        for t, rs in by_task.items()
-    }
+    rewards = {t: [x for x in map(scored_reward, rs) if x is not None] for t, rs in by_task.items()}
     rows: list[GroupRow] = []
     for g in args.groups:
         informative = mean(p_informative(n, c, g) for n, c in counts.values() if n >= g)

@@ -335,7 +335,10 @@ def measure_eval(
     return folder / "eval", stages.seconds[name]
 
 
-def measure_setup(cfg: Config, root: Path, seed: int) -> tuple[Pipeline, dict[str, Path], Path]:
+MeasureSetup = tuple[Pipeline, dict[str, Path], Path]  # the measure pipeline, its task files, env config
+
+
+def measure_setup(cfg: Config, root: Path, seed: int) -> MeasureSetup:
     """The task files (test included, the same seeded samples as the pipelines') and env config."""
     root.mkdir(parents=True, exist_ok=True)
     spec = root / "pipeline.yaml"
@@ -405,11 +408,11 @@ def rft_branch(
     }
 
 
-def measure_sft(cfg: Config, root: Path, seed: int, sft_model: str) -> tuple[Path, Path, float]:
+def measure_sft(cfg: Config, root: Path, sft_model: str, setup: MeasureSetup) -> tuple[Path, Path, float]:
     """Outside the timed budget, the SFT model's own measurements: pass@k on dev (k sampled
     episodes per task at GRPO's temperature), then its test eval (the SFT model is final once
     trained). (pass@k folder, test folder, their seconds.)"""
-    pipe, files, config = measure_setup(cfg, root / "measure", seed)
+    pipe, files, config = setup
     sampled, seconds = measure_eval(
         pipe, files, config, root / "measure", "passk-sft", sft_model, "dev",
         samples=cfg.pass_k, temperature=grpo_temperature(cfg),
@@ -427,7 +430,7 @@ def run_sft(cfg: Config, work: Path, seed: int, fresh: bool) -> None:
     (a seed split across sittings: the full run reuses these stages from ``stages.json``)."""
     root = work / f"seed{seed}"
     sft = run_file(sft_pipeline(cfg, root / "sft", seed), fresh)
-    measure_sft(cfg, root, seed, sft["model"])
+    measure_sft(cfg, root, sft["model"], measure_setup(cfg, root / "measure", seed))
     print(f"{root}: SFT pipeline and the SFT model's measurements done; rerun without --stop-after")
 
 
@@ -459,19 +462,19 @@ def run_seed(cfg: Config, work: Path, seed: int, fresh: bool, branches_run: Sequ
     pipeline_seconds = stage_seconds(sft) + sum(b["stage_seconds"] for b in branches.values())
 
     # outside the timed budget: pass@k of the SFT model, then the test split once per model
-    sampled, test_sft, measure_seconds = measure_sft(cfg, root, seed, sft_model)
-    pipe, files, config = measure_setup(cfg, root / "measure", seed)
+    setup = measure_setup(cfg, root / "measure", seed)
+    sampled, test_sft, measure_seconds = measure_sft(cfg, root, sft_model, setup)
+    pipe, files, config = setup
     temperature = grpo_temperature(cfg)
     sft_dev = last_dev_folder(sft)
     assert sft_dev is not None, "the SFT pipeline evaluates its model on dev"
     models = {"sft": sft_model, **{name: b["model"] for name, b in branches.items()}}
     test = {"sft": test_sft}
-    for name, m in models.items():
-        if name != "sft":
-            test[name], seconds = measure_eval(
-                pipe, files, config, root / "measure", f"test-{name}", m, "test"
-            )
-            measure_seconds += seconds
+    for name, b in branches.items():
+        test[name], seconds = measure_eval(
+            pipe, files, config, root / "measure", f"test-{name}", b["model"], "test"
+        )
+        measure_seconds += seconds
     dev = {"sft": sft_dev, **{name: Path(b["dev_folder"]) for name, b in branches.items()}}
     load.append(os.getloadavg()[0])
 
