@@ -25,7 +25,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 
 
-GROUP = 3  # episodes in the step: one group of the main job's trl.num_generations
+GROUP = 2  # episodes in the step: one group of the main job's trl.num_generations
 
 
 def _main_job_grpo() -> tuple[list[str], int]:
