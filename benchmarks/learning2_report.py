@@ -196,14 +196,16 @@ def targets(cfg: Json, results: list[Json]) -> Json:
     """Each target per branch: its value in each seed, met only when met in every configured seed."""
     out: Json = {}
     done = {r["seed"]: r for r in results}
-    missing = [s for s in cfg["seeds"] if s not in done]
     branches = sorted({b for r in results for b in r["branches"]})
 
-    def verdict(values: dict[int, Any], ok: list[bool]) -> Json:
-        state = "PENDING" if missing and all(ok) else "met" if all(ok) and ok else "MISSED"
-        return {"values": values, "state": state, "seeds_missing": missing}
-
     for b in branches:
+        # a seed run in parts (``--branches``) is missing for the branches it has not run yet
+        missing = [s for s in cfg["seeds"] if s not in done or b not in done[s]["branches"]]
+
+        def verdict(values: dict[int, Any], ok: list[bool], missing: list[int] = missing) -> Json:
+            state = "PENDING" if missing and all(ok) else "met" if all(ok) and ok else "MISSED"
+            return {"values": values, "state": state, "seeds_missing": missing}
+
         rs = [r for r in results if b in r["branches"]]
         acc = {r["seed"]: r["dev_accuracy"][b] for r in rs}
         if cfg["task_set"] == "two":
@@ -281,21 +283,30 @@ def plot(results: list[Json], fams: Json, png: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, mid, right) = plt.subplots(1, 3, figsize=(16, 4.5))
-    for r in results:
-        stages = ["sft"]
-        values = [r["dev_accuracy"]["sft"]["accuracy"]]
-        for x in r["branches"].get("rft", {}).get("rounds", []):
-            stages.append(f"rft {x['round']}")
-            values.append((x["dev"] or {}).get("accuracy"))
+    # GRPO and RFT are parallel branches from the SFT model: each is its own line from "sft"
+    rounds = max((len(r["branches"].get("rft", {}).get("rounds", [])) for r in results), default=0)
+    labels = ["sft", *(f"rft {k}" for k in range(1, rounds + 1)), "grpo"]
+    for i, r in enumerate(results):
+        color = f"C{i}"
+        sft = r["dev_accuracy"]["sft"]["accuracy"]
+        rft = [(x["dev"] or {}).get("accuracy") for x in r["branches"].get("rft", {}).get("rounds", [])]
+        if rft:
+            left.plot(
+                range(len(rft) + 1),
+                [sft, *(v if v is not None else float("nan") for v in rft)],
+                marker="o",
+                color=color,
+                label=f"seed {r['seed']}: sft → rft rounds",
+            )
         if "grpo" in r["branches"]:
-            stages.append("grpo")
-            values.append(r["dev_accuracy"]["grpo"]["accuracy"])
-        left.plot(
-            stages,
-            [v if v is not None else float("nan") for v in values],
-            marker="o",
-            label=f"seed {r['seed']}",
-        )
+            left.plot(
+                [0, len(labels) - 1],
+                [sft, r["dev_accuracy"]["grpo"]["accuracy"]],
+                marker="s",
+                linestyle="--",
+                color=color,
+                label=f"seed {r['seed']}: sft → grpo",
+            )
         steps = r["branches"].get("grpo", {}).get("steps", [])
         if steps:
             mid.plot(
@@ -304,6 +315,7 @@ def plot(results: list[Json], fams: Json, png: Path) -> None:
                 marker=".",
                 label=f"seed {r['seed']}",
             )
+    left.set_xticks(range(len(labels)), labels)
     left.set_title("dev accuracy (pass@1) per stage")
     left.set_ylim(-0.02, 1.02)
     mid.set_title("GRPO train reward per step")

@@ -108,6 +108,20 @@ def test_a_miss_in_one_seed_is_missed_at_once():
     assert found["grpo: dev accuracy >= 0.5"] == "MISSED"
 
 
+def test_a_branch_a_seed_has_not_run_yet_is_pending_for_that_seed():
+    """Seed 1 run in parts (``--branches grpo``): its RFT branch is still to come, so RFT's targets
+    that seed 0 met are PENDING, not met, and name seed 1 as missing."""
+    both = result(0)
+    both["branches"]["rft"] = {**both["branches"]["grpo"], "model": "c"}
+    both["dev_accuracy"]["rft"] = acc(0.6, 0.5)
+    both["paired"]["dev"]["sft->rft"] = pair(0.05)
+    found = targets(config(), [both, result(1)])
+    rft = {k: v for k, v in found.items() if k.startswith("rft")}
+    assert len(rft) == 3 and {t["state"] for t in rft.values()} == {"PENDING"}
+    assert all(t["seeds_missing"] == [1] for t in rft.values())
+    assert {t["state"] for k, t in found.items() if k.startswith("grpo")} == {"met"}
+
+
 def test_all_families_target_reads_the_interval():
     found = states(config("all"), [result(0, grpo_acc=0.05), result(1, grpo_acc=0.2)])
     assert found == {"grpo: dev accuracy above 0 (95% lower bound > 0)": "MISSED"}

@@ -2,8 +2,8 @@
 main job's GRPO settings on episodes as long as its budget allows holds at most twice the floor
 (weights, gradients, optimizer state and runtime), both measured in the same fresh process.
 
-The step is one group (3 episodes, so 3 micro-batches of the recipe's 1) rather than the main
-job's 9: with micro-batching the peak does not depend on how many micro-batches a step
+The step is one group (2 episodes, so 2 micro-batches of the recipe's 1) rather than the main
+job's 8: with micro-batching the peak does not depend on how many micro-batches a step
 accumulates (benchmarks/RESULTS.md: 256 tokens, batch 3 and 9 both 1.03 × the floor), and one
 group keeps the test near half a minute. A recipe whose micro-batch grew past a group is refused
 by the check (the batch must be a multiple of it), so this test fails on it too.
