@@ -49,6 +49,8 @@ def test_one_grpo_step_at_the_main_jobs_longest_episodes_stays_within_twice_its_
         f"output_dir={tmp_path}",
         "--batch",
         str(GROUP),
+        "--group",
+        str(GROUP),
         "--completion-tokens",
         str(budget - 1),  # the longest completion the budget allows (one token kept for EOS)
     ]

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from deepanalyze_env.trainers.trl.rollout_func import RolloutOutput
     from deepanalyze_env.trainers.trl.turns import RolloutTrainer
 
-GROUP = 3  # episodes per group in the synthetic batch (the main job's group size)
+GROUP = 3  # episodes per group in the synthetic batch by default (benchmarks/memory.py's runs)
 
 
 class MemoryCheck(TypedDict):
@@ -85,6 +85,7 @@ def run_check(
     prompt_tokens: int = 300,
     seed: int = 0,
     glibc_default: bool = False,
+    group: int = GROUP,
 ) -> MemoryCheck:
     """One GRPO step of ``recipe_path`` (with ``overrides``) on ``batch`` synthetic episodes; the
     recipe's micro-batch is kept and gradient accumulation makes up the batch."""
@@ -99,10 +100,10 @@ def run_check(
 
     recipe = load_recipe(recipe_path, overrides)
     micro = int(recipe.trl.get("per_device_train_batch_size", 1))
-    if batch % micro or batch % GROUP:
-        raise ValueError(f"batch {batch} must be a multiple of the micro-batch {micro} and of {GROUP}")
+    if group < 2 or batch % micro or batch % group:
+        raise ValueError(f"batch {batch}: a multiple of the micro-batch {micro} and the group {group} (≥ 2)")
     recipe.trl.update(
-        num_generations=GROUP,
+        num_generations=group,
         gradient_accumulation_steps=batch // micro,
         max_completion_length=completion_tokens + 1,
         seed=seed,
@@ -133,7 +134,7 @@ def run_check(
             ],
             "logprobs": None,
             # rewards differ inside every group, so every episode has an advantage and a gradient
-            "env_reward": [float(i % GROUP) for i in range(n)],
+            "env_reward": [float(i % group) for i in range(n)],
             "reward_components": [{} for _ in range(n)],
             "reward_status": ["scored"] * n,
             "termination": ["answer"] * n,
@@ -180,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("recipe")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
-    parser.add_argument("--batch", type=int, default=9, help="episodes in the step (multiple of 3)")
+    parser.add_argument("--batch", type=int, default=9, help="episodes in the step (a multiple of --group)")
+    parser.add_argument("--group", type=int, default=GROUP, help="episodes per group (trl.num_generations)")
     parser.add_argument("--completion-tokens", type=int, default=768)
     parser.add_argument("--prompt-tokens", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
@@ -198,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt_tokens=args.prompt_tokens,
         seed=args.seed,
         glibc_default=args.glibc_default,
+        group=args.group,
     )
     print(json.dumps(check))
     return 0
