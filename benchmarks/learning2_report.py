@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,12 @@ def family_table(results: list[Json]) -> tuple[list[str], Json]:
     return lines, table
 
 
+def _verdict(values: dict[int, Any], ok: list[bool], missing: list[int]) -> Json:
+    """Met only when met in every configured seed; PENDING while seeds are missing and none failed."""
+    state = "PENDING" if missing and all(ok) else "met" if all(ok) and ok else "MISSED"
+    return {"values": values, "state": state, "seeds_missing": missing}
+
+
 def targets(cfg: Json, results: list[Json]) -> Json:
     """Each target per branch: its value in each seed, met only when met in every configured seed."""
     out: Json = {}
@@ -201,11 +208,7 @@ def targets(cfg: Json, results: list[Json]) -> Json:
     for b in branches:
         # a seed run in parts (``--branches``) is missing for the branches it has not run yet
         missing = [s for s in cfg["seeds"] if s not in done or b not in done[s]["branches"]]
-
-        def verdict(values: dict[int, Any], ok: list[bool], missing: list[int] = missing) -> Json:
-            state = "PENDING" if missing and all(ok) else "met" if all(ok) and ok else "MISSED"
-            return {"values": values, "state": state, "seeds_missing": missing}
-
+        verdict = partial(_verdict, missing=missing)
         rs = [r for r in results if b in r["branches"]]
         acc = {r["seed"]: r["dev_accuracy"][b] for r in rs}
         if cfg["task_set"] == "two":
