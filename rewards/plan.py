@@ -3,7 +3,8 @@
 Scoring order: format gate (tags over policy text; the fence gate for code methods) → every
 component → weighted mean (:func:`weighted_mean`, which ``rescore`` uses too). A component that
 raises, returns a non-number, or a None it may not return makes the episode ``verifier_error``
-with the cause named; it is never scored 0.
+with the reason named in ``error`` and its kind in ``cause`` (:func:`exception_cause`; the first
+failing function's, in plan order); it is never scored 0.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict, runtime_checkable
 
-from deepanalyze_env.core.contracts import Gate, JsonValue, RewardStatus
+from deepanalyze_env.core.contracts import (
+    VERIFIER_ERROR_CAUSES,
+    Gate,
+    JsonValue,
+    RewardStatus,
+    VerifierErrorCause,
+)
 from deepanalyze_env.core.formats import get_format
 from rewards.answers import accuracy_component
 from rewards.context import RewardContext
@@ -33,6 +40,7 @@ __all__ = [
     "RewardOutcome",
     "RewardPlan",
     "Scorer",
+    "exception_cause",
     "spec_accuracy_component",
     "weighted_mean",
 ]
@@ -42,6 +50,14 @@ log = logging.getLogger(__name__)
 FORMAT_GATE = "format_gate"
 GATE_PENALTY = -1.0
 NO_POSITIVE_WEIGHT = "no component with weight > 0 applied to this episode"
+
+
+def exception_cause(exc: BaseException) -> VerifierErrorCause:
+    """Why a reward function's exception excludes the episode: the ``verifier_cause`` its class
+    names (the judge's errors: ``rewards/judge/errors.py``), else ``reward_raised`` — also for a
+    value this version does not know, so a cause is always one of ``VERIFIER_ERROR_CAUSES``."""
+    cause = getattr(exc, "verifier_cause", "reward_raised")
+    return cause if cause in VERIFIER_ERROR_CAUSES else "reward_raised"
 
 
 def weighted_mean(components: Mapping[str, float], weights: Mapping[str, float]) -> float | None:
@@ -73,6 +89,22 @@ class RewardOutcome:
     gate: Gate | None
     error: str | None = None
     details: OutcomeDetails = field(default_factory=OutcomeDetails)
+    cause: VerifierErrorCause | None = (
+        None  # why it is "verifier_error" (the env reads a None there as reward_raised)
+    )
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One reward function's failure: the ``error`` text and its cause."""
+
+    message: str  # "{function}: {ExcType}: {message}", or what was wrong with its value
+    cause: VerifierErrorCause
+
+    @classmethod
+    def raised(cls, function: str, exc: BaseException) -> Failure:
+        """``function`` (its name, or its ``as`` name) raised ``exc``."""
+        return cls(f"{function}: {type(exc).__name__}: {exc}", exception_cause(exc))
 
 
 @dataclass(frozen=True)
@@ -300,7 +332,7 @@ class RewardPlan:
             details = OutcomeDetails(notes={FORMAT_GATE: why})
             return RewardOutcome(GATE_PENALTY, penalty, "scored", False, gate, details=details)
         components: dict[str, float] = {}
-        errors: list[str] = []
+        failures: dict[int, Failure] = {}  # function index → what went wrong
         results: dict[int, Any] = {}
         pending: list[int] = []
         for index, scorer in enumerate(self.functions):
@@ -310,9 +342,9 @@ class RewardPlan:
             try:
                 results[index] = scorer.call(ctx)
             except Exception as exc:
-                errors.append(f"{scorer.name}: {type(exc).__name__}: {exc}")
+                failures[index] = Failure.raised(scorer.name, exc)
         if pending:
-            results.update(self._run_async([(i, self.functions[i]) for i in pending], ctx, errors))
+            results.update(self._run_async([(i, self.functions[i]) for i in pending], ctx, failures))
         notes: dict[str, str] = {}
         for index, scorer in enumerate(self.functions):
             if index in results:
@@ -320,18 +352,27 @@ class RewardPlan:
                 if isinstance(value, Noted):
                     notes[scorer.name] = str(value.note)
                     value = value.value
+                errors: list[str] = []
                 self._collect(scorer, value, components, errors)
+                if errors:
+                    failures[index] = Failure("; ".join(errors), "reward_raised")
         details = OutcomeDetails(notes=notes) if notes else OutcomeDetails()
-        if errors:
-            return RewardOutcome(0.0, components, "verifier_error", True, None, "; ".join(errors), details)
+        if failures:
+            ordered = [failures[i] for i in sorted(failures)]
+            error = "; ".join(f.message for f in ordered)
+            return RewardOutcome(
+                0.0, components, "verifier_error", True, None, error, details, cause=ordered[0].cause
+            )
         reward = weighted_mean(components, self.weights)
         if reward is None:
-            return RewardOutcome(0.0, components, "verifier_error", True, None, NO_POSITIVE_WEIGHT)
+            return RewardOutcome(
+                0.0, components, "verifier_error", True, None, NO_POSITIVE_WEIGHT, cause="reward_raised"
+            )
         return RewardOutcome(reward, components, "scored", True, None, None, details)
 
     @staticmethod
     def _run_async(
-        scorers: list[tuple[int, Scorer]], ctx: RewardContext, errors: list[str]
+        scorers: list[tuple[int, Scorer]], ctx: RewardContext, failures: dict[int, Failure]
     ) -> dict[int, Any]:
         from rewards.aio import run_sync
 
@@ -341,7 +382,7 @@ class RewardPlan:
         out: dict[int, Any] = {}
         for (index, scorer), value in zip(scorers, run_sync(gather()), strict=True):
             if isinstance(value, BaseException):
-                errors.append(f"{scorer.name}: {type(value).__name__}: {value}")
+                failures[index] = Failure.raised(scorer.name, value)
             else:
                 out[index] = value
         return out

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.contracts import JsonValue
 from rewards.judge.parse import DIMENSIONS
-from rewards.plan import FORMAT_GATE, GATE_PENALTY, RewardContext, RewardOutcome
+from rewards.plan import FORMAT_GATE, GATE_PENALTY, Failure, RewardContext, RewardOutcome
 from rewards.registry import RewardSpecError, resolve
 
 GATE_TAGS = protocol.GATE_TAGS  # the same four tags; upstream reads them over the whole history
@@ -122,7 +122,7 @@ class UpstreamPlan:
             return RewardOutcome(GATE_PENALTY, {FORMAT_GATE: GATE_PENALTY}, "scored", False, "fence")
         from rewards.aio import run_sync
 
-        errors: list[str] = []
+        errors: list[Failure] = []
         components: dict[str, float] = {}
         if self.method == "qa":
             components["qa_acc_reward"] = upstream_exact(history, ctx.ground_truth)
@@ -144,10 +144,14 @@ class UpstreamPlan:
             if self.method == "openresearch":
                 components["openresearch_turns_reward"] = min(ctx.turns / 10.0, 1.0)
         reward = sum(components.values()) / len(components) if components else 0.0
-        status = "verifier_error" if errors else "scored"
-        return RewardOutcome(reward, components, status, True, None, "; ".join(errors) or None)
+        if errors:
+            error = "; ".join(f.message for f in errors)
+            return RewardOutcome(
+                reward, components, "verifier_error", True, None, error, cause=errors[0].cause
+            )
+        return RewardOutcome(reward, components, "scored", True, None, None)
 
-    async def _judge(self, ctx: RewardContext, name: str, errors: list[str]) -> float | dict[str, float]:
+    async def _judge(self, ctx: RewardContext, name: str, errors: list[Failure]) -> float | dict[str, float]:
         """One judge call through the episode's session, scaled as upstream did (/5); any failure
         scores 0.0 and is recorded (the session keeps the call, reply and parse error)."""
         history = ctx.trajectory
@@ -166,7 +170,7 @@ class UpstreamPlan:
                 raise RuntimeError(f"{name} needs a judge but none was configured (env_config.judge)")
             verdict = await ctx.judge.evaluate(name, fields)
         except Exception as exc:
-            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            errors.append(Failure.raised(name, exc))
             return zero
         if isinstance(verdict, dict):
             return {dim: float(verdict[dim]) / 5.0 for dim in DIMENSIONS}

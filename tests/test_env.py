@@ -255,6 +255,65 @@ def test_metrics_are_numeric(env):
     assert all(isinstance(v, int | float) for v in metrics.values())
 
 
+class _JudgeReplyUnreadable(RuntimeError):
+    """Stands in for the judge's parse failure (``rewards/judge/errors.py`` names the real cause)."""
+
+    verifier_cause = "judge_parse"
+
+
+@register_reward("test_unreadable_verdict")
+def _unreadable_verdict(answer: str | None) -> float:
+    raise _JudgeReplyUnreadable("no SCORE line")
+
+
+def _excluded(root: Path, tmp_path: Path):
+    spec = {"method": "qa_plain", "ground_truth": "B", "function": ["test_unreadable_verdict"]}
+    e = make(root, qa_extras(reward_spec=spec), records_dir=str(tmp_path / "records"))
+    e.init(PROMPT)
+    return e, e.step(ANSWER_B)
+
+
+def test_a_verifier_error_names_its_cause_in_the_final_metadata(workspace_root, tmp_path):
+    e, final = _excluded(workspace_root, tmp_path)
+    e.close()
+    assert final["metadata"]["reward_status"] == "verifier_error"
+    assert final["metadata"]["reward_error_cause"] == "judge_parse"
+
+
+def test_a_scored_episode_has_a_null_error_cause(env):
+    assert env.step(ANSWER_B)["metadata"]["reward_error_cause"] is None
+
+
+def test_env_metrics_give_the_verifier_error_cause_as_zero_or_one_for_each_cause(workspace_root, tmp_path):
+    e, _ = _excluded(workspace_root, tmp_path)
+    metrics = e.get_metrics()
+    e.close()
+    assert {k: v for k, v in metrics.items() if k.startswith("verifier_error_")} == {
+        "verifier_error_judge_parse": 1.0,
+        "verifier_error_context_length": 0.0,
+        "verifier_error_judge_call": 0.0,
+        "verifier_error_reward_raised": 0.0,
+    }
+
+
+def test_env_metrics_give_every_cause_for_an_unfinished_episode_too(env):
+    env.step(code("print(1)"))
+    metrics = env.get_metrics()
+    assert metrics["finished"] == 0.0
+    assert [
+        metrics[f"verifier_error_{c}"]
+        for c in ("judge_parse", "context_length", "judge_call", "reward_raised")
+    ] == [0.0] * 4
+
+
+def test_the_record_carries_the_verifier_error_cause(workspace_root, tmp_path):
+    e, _ = _excluded(workspace_root, tmp_path)
+    e.close()
+    [path] = list((tmp_path / "records").glob("episodes-*.jsonl"))
+    record = json.loads(path.read_text().splitlines()[0])
+    assert (record["reward_status"], record["reward_error_cause"]) == ("verifier_error", "judge_parse")
+
+
 def test_records_are_appended_on_close(workspace_root, tmp_path):
     records = tmp_path / "records"
     e = make(workspace_root, qa_extras(task_id="t-1"), records_dir=str(records), policy_id="pol-7")

@@ -159,3 +159,51 @@ def test_a_record_without_a_usable_turn_count_owns_every_assistant_message():
 
     for turns in (None, 5, True, "1"):
         assert own_turn_indices(_recovered(turns)) == [2, 4, 6]
+
+
+# ----------------------------------------------------------- verifier_error by cause (design.md §6)
+
+
+def _ep(status: str, cause: str | None = None, *, with_key: bool = True) -> dict:
+    record: dict = {"reward_status": status}
+    if with_key:
+        record["reward_error_cause"] = cause
+    return record
+
+
+def test_verifier_error_rates_are_shares_of_all_episodes_per_cause():
+    from deepanalyze_env.core.contracts import verifier_error_rates
+
+    episodes = [
+        _ep("verifier_error", "judge_parse"),
+        _ep("verifier_error", "judge_parse"),
+        _ep("verifier_error", "context_length"),
+        _ep("scored"),
+        _ep("environment_error"),
+        _ep("unfinished"),
+        _ep("scored"),
+        _ep("scored"),
+    ]
+    # by hand: 2, 1, 0, 0 of 8 episodes
+    assert verifier_error_rates(episodes) == {
+        "judge_parse": 0.25,
+        "context_length": 0.125,
+        "judge_call": 0.0,
+        "reward_raised": 0.0,
+    }
+
+
+def test_verifier_error_rates_give_every_cause_as_zero_for_no_episodes():
+    from deepanalyze_env.core.contracts import verifier_error_rates
+
+    assert verifier_error_rates([]) == dict.fromkeys(
+        ("judge_parse", "context_length", "judge_call", "reward_raised"), 0.0
+    )
+
+
+def test_a_verifier_error_record_without_a_known_cause_counts_as_reward_raised():
+    from deepanalyze_env.core.contracts import verifier_error_rates
+
+    old = _ep("verifier_error", with_key=False)  # written before causes were recorded
+    odd = _ep("verifier_error", "the_judge_was_sad")
+    assert verifier_error_rates([old, odd])["reward_raised"] == 1.0

@@ -196,6 +196,89 @@ def test_none_from_a_non_optional_function_is_a_verifier_error():
     assert out.status == "verifier_error" and "returned None" in out.error
 
 
+class _ContextTooLong(RuntimeError):
+    """Stands in for the judge's context-length refusal: only its ``verifier_cause`` matters here."""
+
+    verifier_cause = "context_length"
+
+
+class _Unreachable(RuntimeError):
+    verifier_cause = "judge_call"
+
+
+class _OddCause(RuntimeError):
+    verifier_cause = "the_policy_did_it"  # not a VerifierErrorCause
+
+
+@register_reward("test_context_too_long")
+def _context_too_long(answer: str | None) -> float:
+    raise _ContextTooLong("prompt is 40000 tokens, the judge takes 32768")
+
+
+@register_reward("test_unreachable_async")
+async def _unreachable_async(answer: str | None) -> float:
+    raise _Unreachable("connection refused")
+
+
+@register_reward("test_odd_cause")
+def _odd_cause(answer: str | None) -> float:
+    raise _OddCause("?")
+
+
+@register_reward("test_not_a_number")
+def _not_a_number(answer: str | None) -> float:
+    return "0.5"  # type: ignore[return-value]
+
+
+def _cause(functions: list[str]) -> str | None:
+    return RewardPlan.build({"method": "datatask", "function": functions}).score(ctx()).cause
+
+
+def test_a_scored_episode_has_no_error_cause():
+    assert _cause(["test_len_ok"]) is None
+
+
+def test_an_exception_class_names_its_cause_through_verifier_cause():
+    assert _cause(["test_context_too_long"]) == "context_length"
+
+
+def test_an_async_function_exception_names_its_cause_too():
+    assert _cause(["test_unreachable_async"]) == "judge_call"
+
+
+def test_an_exception_without_a_verifier_cause_is_reward_raised():
+    assert _cause(["test_raises"]) == "reward_raised"
+
+
+def test_an_unknown_verifier_cause_value_is_reward_raised():
+    assert _cause(["test_odd_cause"]) == "reward_raised"
+
+
+@pytest.mark.parametrize("function", ["test_returns_none", "test_not_a_number"])
+def test_a_value_that_is_not_a_reward_is_reward_raised(function):
+    assert _cause([function]) == "reward_raised"
+
+
+def test_no_component_with_positive_weight_is_reward_raised():
+    plan = RewardPlan.build({"method": "datatask", "function": ["test_returns_none"]})
+    plan.functions = []  # a plan left with nothing to weigh
+    out = plan.score(ctx())
+    assert (out.status, out.cause) == ("verifier_error", "reward_raised")
+
+
+@pytest.mark.parametrize(
+    ("functions", "cause"),
+    [
+        (["test_context_too_long", "test_unreachable_async"], "context_length"),
+        (["test_unreachable_async", "test_context_too_long"], "judge_call"),
+    ],
+)
+def test_with_several_failures_the_cause_is_the_first_failing_function_in_plan_order(functions, cause):
+    out = RewardPlan.build({"method": "datatask", "function": functions}).score(ctx())
+    assert out.cause == cause
+    assert "_ContextTooLong" in out.error and "_Unreachable" in out.error  # both are still named
+
+
 def test_async_functions_are_awaited():
     @register_reward("test_async_half")
     async def _half(answer: str | None) -> float:

@@ -15,14 +15,24 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NotRequired, TypedDict, get_args
+from typing import Any, Literal, NotRequired, TypedDict, cast, get_args
 
 RewardStatus = Literal["scored", "verifier_error", "environment_error"]
 """``scored``: every component computed. ``verifier_error``: a reward function or the judge
 could not produce a score (judge outage, unparsable reply). ``environment_error``: an
 infrastructure fault from outside the episode (worker killed while idle, workspace copy
 failed). Trainers keep the two error statuses out of the gradient."""
+
+VerifierErrorCause = Literal["judge_parse", "context_length", "judge_call", "reward_raised"]
+"""Why an episode is ``verifier_error`` (``reward_error_cause``): the judge replied without a
+readable verdict; the judge refused the prompt for its context length; the judge could not be
+called (unreachable, HTTP error, timeout, a replay miss); anything else a reward function or the
+plan raised or returned (a non-number, no component with weight > 0, a bug). A reward function's
+exception names its cause in a ``verifier_cause`` class attribute; without one it is
+``reward_raised``. Counted per step as a rate (:func:`verifier_error_rates`), so a policy that
+learns to be excluded shows as a rising line."""
 
 Termination = Literal["answer", "max_turns", "length", "eos", "error"]
 """Why the episode ended: an ``<Answer>`` block, the turn limit, a trainer's token budget, the
@@ -50,6 +60,7 @@ JsonObject = dict[str, JsonValue]
 REWARD_STATUSES: tuple[str, ...] = get_args(RewardStatus)
 TERMINATIONS: tuple[str, ...] = get_args(Termination)
 EXEC_STATUSES: tuple[str, ...] = get_args(ExecStatus)
+VERIFIER_ERROR_CAUSES: tuple[VerifierErrorCause, ...] = get_args(VerifierErrorCause)
 
 
 class ToolCallFunction(TypedDict):
@@ -109,6 +120,7 @@ class FinalMetadata(TypedDict):
 
     reward_components: dict[str, float]  # component name → value (``{"format_gate": -1.0}`` on a failed gate)
     reward_status: RewardStatus
+    reward_error_cause: VerifierErrorCause | None  # why it is ``verifier_error``; None otherwise
     format_ok: bool
     gate: Gate | None  # which gate failed; None when it passed
     termination: Termination
@@ -159,6 +171,7 @@ class EpisodeRecord(TypedDict):
     reward: float | None
     reward_components: dict[str, float]
     reward_status: str  # a RewardStatus, or "unfinished" for an episode closed before its end
+    reward_error_cause: VerifierErrorCause | None  # why it is ``verifier_error``; None otherwise
     format_ok: bool | None
     gate: Gate | None
     termination: Termination | None
@@ -206,3 +219,28 @@ def trainable(reward_status: str | None, termination: str | None, *, score_trunc
     if reward_status != "scored":
         return False
     return termination != "length" or score_truncated
+
+
+def verifier_error_cause(item: Mapping[str, object]) -> VerifierErrorCause | None:
+    """The cause of one episode's ``verifier_error`` (its step metadata or record), None when it is
+    not one. A record written before causes were recorded (no ``reward_error_cause``), or holding a
+    cause this version does not know, counts as ``reward_raised``."""
+    if item.get("reward_status") != "verifier_error":
+        return None
+    cause = item.get("reward_error_cause")
+    return cast(VerifierErrorCause, cause) if cause in VERIFIER_ERROR_CAUSES else "reward_raised"
+
+
+def verifier_error_rates(items: Iterable[Mapping[str, object]]) -> dict[VerifierErrorCause, float]:
+    """The share of ``items`` (final step metadata or episode records, one per episode) that are
+    ``verifier_error``, per cause; every cause is present (0.0 when none, and for no episodes), so a
+    logged curve exists from the first step. The one rule behind TRL's ``metrics.jsonl`` and logs,
+    the env metrics SkyRL logs, ``view``, ``stats`` and ``eval`` reports."""
+    counts = dict.fromkeys(VERIFIER_ERROR_CAUSES, 0)
+    total = 0
+    for item in items:
+        total += 1
+        cause = verifier_error_cause(item)
+        if cause is not None:
+            counts[cause] += 1
+    return {cause: (n / total if total else 0.0) for cause, n in counts.items()}

@@ -32,6 +32,7 @@ from deepanalyze_env.core.contracts import (
     RewardStatus,
     Termination,
     TurnMetadata,
+    verifier_error_rates,
 )
 from deepanalyze_env.core.formats import Action, get_format
 from deepanalyze_env.core.hacking import Watched, suspect_reasons
@@ -395,11 +396,15 @@ class DeepAnalyzeEnv(BaseTextEnv):
                 outcome = self.plan.score(self._context())
             except Exception as exc:
                 log.exception("reward computation failed")
-                outcome = RewardOutcome(0.0, {}, "verifier_error", True, None, f"{type(exc).__name__}: {exc}")
+                error = f"{type(exc).__name__}: {exc}"
+                outcome = RewardOutcome(0.0, {}, "verifier_error", True, None, error, cause="reward_raised")
         self.timings["reward_ms"] = (time.monotonic() - start) * 1000.0
+        # a plan that names no cause for its verifier_error: reward_raised (rewards.plan's default)
+        cause = (outcome.cause or "reward_raised") if outcome.status == "verifier_error" else None
         metadata: FinalMetadata = {
             "reward_components": dict(outcome.components),
             "reward_status": cast(RewardStatus, outcome.status),
+            "reward_error_cause": cause,
             "format_ok": outcome.format_ok,
             "gate": cast("Gate | None", outcome.gate),
             "termination": termination,
@@ -429,8 +434,13 @@ class DeepAnalyzeEnv(BaseTextEnv):
         (0 or 1, or a per-turn fraction) and their means read as rates. ``finished`` 0 means the
         trainer stopped the episode (token budget) before the env said done; SkyRL adapters key on it.
         ``suspect`` is 1 for a finished episode the reward-hacking watch flags (its mean is the rate).
+        ``verifier_error_<cause>`` is given for every episode, finished or not (0 unless it is a
+        ``verifier_error`` of that cause), so its mean is the rate by cause over all episodes.
         """
         metrics: dict[str, float] = {"turns": self.turns, "finished": float(self.final_metadata is not None)}
+        finals = [self.final_metadata] if self.final_metadata is not None else []
+        for cause, rate in verifier_error_rates(finals).items():
+            metrics[f"verifier_error_{cause}"] = rate
         if self.code_pass:
             metrics["code_pass_rate"] = sum(self.code_pass) / len(self.code_pass)
         if self.exec_log:

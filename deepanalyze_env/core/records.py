@@ -107,6 +107,7 @@ def build_record(result: EpisodeResult) -> EpisodeRecord:
         "reward": result.reward,
         "reward_components": meta["reward_components"] if meta else {},
         "reward_status": meta["reward_status"] if meta else "unfinished",
+        "reward_error_cause": meta.get("reward_error_cause") if meta else None,
         "format_ok": meta["format_ok"] if meta else None,
         "gate": meta["gate"] if meta else None,
         "termination": meta["termination"] if meta else None,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
 from deepanalyze_env.core import tool_calls
-from deepanalyze_env.core.contracts import EpisodeRecord, JsonValue, JudgeSummary
+from deepanalyze_env.core.contracts import EpisodeRecord, JsonValue, JudgeSummary, VerifierErrorCause
 from deepanalyze_env.core.profiles import PROFILES, Profile
 from deepanalyze_env.core.records import judge_versions, own_turn_indices, package_version
 from rewards import Plan, RewardContext, RewardPlan, RewardSpecError
@@ -149,6 +149,7 @@ class _Score:
     status: str
     error: str | None
     recomputed: list[str]
+    cause: VerifierErrorCause | None = None  # the record's reward_error_cause
 
 
 def _score_v1(plan: RewardPlan, record: EpisodeRecord, ctx: RewardContext) -> _Score:
@@ -169,7 +170,10 @@ def _score_v1(plan: RewardPlan, record: EpisodeRecord, ctx: RewardContext) -> _S
     outcome = sub.score(ctx)
     if not outcome.format_ok:
         raise RescoreSkip("the format gate fails on the recorded turns")
+    cause: VerifierErrorCause = "reward_raised"  # a component missing with its workspace, or no weight
     if outcome.status != "scored" and outcome.error:
+        if not errors:
+            cause = outcome.cause or "reward_raised"
         errors.append(outcome.error)
     order = [c for s in plan.functions for c in s.component_names]
     merged = {**keep, **outcome.components}
@@ -178,7 +182,7 @@ def _score_v1(plan: RewardPlan, record: EpisodeRecord, ctx: RewardContext) -> _S
     reward = None if errors else weighted_mean(components, plan.weights)
     if reward is None:
         error = "; ".join(errors) or NO_POSITIVE_WEIGHT
-        return _Score(components, 0.0, "verifier_error", error, redone)
+        return _Score(components, 0.0, "verifier_error", error, redone, cause)
     return _Score(components, reward, "scored", None, redone)
 
 
@@ -211,6 +215,7 @@ def rescore_record(
             outcome.status,
             outcome.error,
             list(plan.needs_judge),
+            (outcome.cause or "reward_raised") if outcome.status == "verifier_error" else None,
         )
     used = judge_client if session is not None else None
     judge_model, judge_prompts = judge_versions(used, plan.needs_judge)
@@ -219,6 +224,7 @@ def rescore_record(
         reward=score.reward,
         reward_components=score.components,
         reward_status=score.status,
+        reward_error_cause=score.cause,
         error=score.error,
         judge=session.summary() if session is not None and session.calls else None,
         versions={
@@ -235,7 +241,15 @@ def rescore_record(
             "recomputed": score.recomputed,
             "previous": {
                 k: record.get(k)
-                for k in ("reward", "reward_components", "reward_status", "error", "judge", "rescore")
+                for k in (
+                    "reward",
+                    "reward_components",
+                    "reward_status",
+                    "reward_error_cause",
+                    "error",
+                    "judge",
+                    "rescore",
+                )
             }
             | {"versions": {k: versions.get(k) for k in ("reward_plan", "judge_model", "judge_prompts")}},
         },
