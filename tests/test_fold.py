@@ -1,0 +1,180 @@
+"""The fold (core/fold.py): one reading of policy-written text for every tag, marker and verdict
+search. Expected values are hand-listed code points (named in the comments), not computed by
+the fold; the properties check what must hold for any text."""
+
+from __future__ import annotations
+
+import string
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deepanalyze_env.core.fold import fold, original_range, spans
+from deepanalyze_env.core.make_fold_table import confusables, ignorable_ranges
+
+# Hand-listed: (policy-written text, how it must read). Each line names the trick.
+LOOK_ALIKES = [
+    ("<\u200bExecute>", "<Execute>"),  # ZERO WIDTH SPACE after the bracket
+    ("<Exe\u00adcute>", "<Execute>"),  # SOFT HYPHEN inside the name
+    ("<Ex\u200cec\u200dute>", "<Execute>"),  # ZERO WIDTH NON-JOINER, ZERO WIDTH JOINER
+    ("<\u2060Execute\ufeff>", "<Execute>"),  # WORD JOINER, BOM
+    ("<\u180eExecute>", "<Execute>"),  # MONGOLIAN VOWEL SEPARATOR
+    ("<\u202eExecute\u202c>", "<Execute>"),  # RIGHT-TO-LEFT OVERRIDE, POP DIRECTIONAL FORMATTING
+    ("<Exec\u034fute>", "<Execute>"),  # COMBINING GRAPHEME JOINER (default-ignorable)
+    ("<Execute\ufe0f>", "<Execute>"),  # VARIATION SELECTOR-16
+    ("<\u0415x\u0435cut\u0435>", "<Execute>"),  # CYRILLIC CAPITAL IE, CYRILLIC SMALL IE
+    ("<\u0395xecute>", "<Execute>"),  # GREEK CAPITAL EPSILON
+    ("\uff1cExecute\uff1e", "<Execute>"),  # FULLWIDTH LESS-THAN / GREATER-THAN SIGN
+    ("\uff1c\uff25\uff58\uff45\uff43\uff55\uff54\uff45\uff1e", "<Execute>"),  # all fullwidth
+    ("<\U0001d404\U0001d431\U0001d41e\U0001d41c\U0001d42e\U0001d42d\U0001d41e>", "<Execute>"),  # MATH BOLD
+    ("\u2039Answer\u203a", "<Answer>"),  # SINGLE LEFT/RIGHT-POINTING ANGLE QUOTATION MARK
+    ("\u27e8Code\u27e9", "<Code>"),  # MATHEMATICAL LEFT/RIGHT ANGLE BRACKET
+    ("\u3008Code\u3009", "<Code>"),  # LEFT/RIGHT ANGLE BRACKET (CJK)
+    ("\u2329Code\u232a", "<Code>"),  # LEFT/RIGHT-POINTING ANGLE BRACKET
+    ("\u02c2Code\u02c3", "<Code>"),  # MODIFIER LETTER LEFT/RIGHT ARROWHEAD
+    ("\u1438Code\u1433", "<Code>"),  # CANADIAN SYLLABICS PA / PO
+    ("\ufe64Code\ufe65", "<Code>"),  # SMALL LESS-THAN / GREATER-THAN SIGN
+    ("<\u0421\u043ede>", "<Code>"),  # CYRILLIC CAPITAL ES, CYRILLIC SMALL O
+    ("<\u0410nswer>", "<Answer>"),  # CYRILLIC CAPITAL A
+    ("<Ana\u01c0yze>", "<Analyze>"),  # LATIN LETTER DENTAL CLICK reads as l
+    ("<t\u043e\u043el_resp\u043ense>", "<tool_response>"),  # CYRILLIC SMALL O
+    ("SC\u041eRE: 5", "SCORE: 5"),  # CYRILLIC CAPITAL O
+    ("\u0405CORE: 5", "SCORE: 5"),  # CYRILLIC CAPITAL DZE
+    ("ENV\u0406RONMENT", "ENVIRONMENT"),  # CYRILLIC CAPITAL BYELORUSSIAN-UKRAINIAN I reads as I
+    ("ENV\u0399RONMENT", "ENVIRONMENT"),  # GREEK CAPITAL IOTA reads as I
+    ("\u2039\u2039\u2039END", "<<<END"),  # three single angle quotation marks
+    ("\u00ab<END x\u00bb>", "<<<END x>>>"),  # LEFT/RIGHT-POINTING DOUBLE ANGLE QUOTATION MARK
+    ("\u22d8END\u22d9", "<<<END>>>"),  # VERY MUCH LESS-THAN / GREATER-THAN
+    ("\u226a<END>\u226b", "<<<END>>>"),  # MUCH LESS-THAN / GREATER-THAN
+    ("\u300a<END\u300b>", "<<<END>>>"),  # LEFT/RIGHT DOUBLE ANGLE BRACKET
+    ("<\u2009Execute >", "< Execute >"),  # THIN SPACE reads as a space (NFKC)
+    ("SCORE\uff1a\uff15", "SCORE:5"),  # FULLWIDTH COLON, FULLWIDTH DIGIT FIVE
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), LOOK_ALIKES)
+def test_look_alikes_fold_to_the_tag_they_imitate(text, expected):
+    assert fold(text) == expected
+
+
+def test_ascii_text_is_its_own_fold():
+    text = "<Code>\n```python\nprint(1 < 2, 0, 1, 'I|l', `x`)\n```\n</Code>"
+    assert fold(text) is text
+
+
+def test_non_latin_prose_keeps_its_letters_that_look_like_no_ascii():
+    # Russian "answer": О, е read as Latin; т, в have no ASCII prototype and stay.
+    assert fold("\u041e\u0442\u0432\u0435\u0442") == "O\u0442\u0432e\u0442"
+
+
+def test_accented_letters_are_not_stripped_of_their_accents():
+    assert fold("caf\u00e9") == "caf\u00e9"  # é (precomposed) has no ASCII prototype
+
+
+def test_a_visible_letter_is_never_removed():
+    assert fold("\u4e2d\u6587") == "\u4e2d\u6587"  # CJK text is kept
+
+
+# Format characters, listed by hand from Unicode's Cf category (not read from unicodedata).
+FORMAT_CHARACTERS = [
+    "\u00ad", "\u061c", "\u180e", "\u200b", "\u200c", "\u200d", "\u200e", "\u200f",
+    "\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2060", "\u2061", "\u2062",
+    "\u2063", "\u2064", "\u2066", "\u2067", "\u2068", "\u2069", "\ufeff", "\ufff9",
+    "\U000110bd", "\U0001d173", "\U000e0001", "\U000e0041",
+]  # fmt: skip
+
+
+@given(
+    st.text(alphabet=string.printable, max_size=40),
+    st.lists(st.tuples(st.integers(0, 40), st.sampled_from(FORMAT_CHARACTERS)), max_size=6),
+)
+def test_format_characters_anywhere_in_ascii_text_fold_away(text, inserts):
+    typed = text
+    for at, char in sorted(inserts, reverse=True):
+        typed = typed[:at] + char + typed[at:]
+    assert fold(typed) == text
+
+
+_ANY_TEXT = st.text(st.characters(codec="utf-8"), max_size=30)
+
+
+@given(_ANY_TEXT, _ANY_TEXT)
+def test_fold_reads_each_code_point_on_its_own(a, b):
+    assert fold(a + b) == fold(a) + fold(b)
+
+
+@given(_ANY_TEXT)
+def test_folding_twice_reads_the_same_as_once(text):
+    assert fold(fold(text)) == fold(text)
+
+
+@settings(max_examples=200)
+@given(_ANY_TEXT, st.data())
+def test_spans_map_a_folded_piece_back_to_the_characters_typed(text, data):
+    starts = spans(text)
+    assert len(starts) == len(text) + 1 and starts[-1] == len(fold(text))
+    i = data.draw(st.integers(0, len(text)))
+    j = data.draw(st.integers(i, len(text)))
+    assert fold(text)[starts[i] : starts[j]] == fold(text[i:j])
+
+
+def test_original_range_covers_an_invisible_character_inside_a_match():
+    text = "ab<\u200bExecute>cd"
+    folded = fold(text)
+    begin, end = folded.index("<Execute>"), folded.index("<Execute>") + len("<Execute>")
+    first, last = original_range(spans(text), begin, end)
+    assert text[first:last] == "<\u200bExecute>"
+
+
+def test_original_range_of_a_character_that_folds_to_two():
+    text = "x\u00abEND"  # « reads as <<
+    first, last = original_range(spans(text), 2, 3)  # the second '<' of the fold
+    assert text[first:last] == "\u00ab"
+
+
+# --- the table generator, on a hand-written excerpt of Unicode's files -------------------------
+
+CONFUSABLES_EXCERPT = """\
+# confusables.txt
+# Version: 99.0.0
+0415 ;\t0045 ;\tMA\t# ( Е → E ) CYRILLIC CAPITAL LETTER IE → LATIN CAPITAL LETTER E
+0406 ;\t006C ;\tMA\t# ( І → l ) CYRILLIC CAPITAL BYELORUSSIAN-UKRAINIAN I → LATIN SMALL LETTER L
+01C0 ;\t006C ;\tMA\t# ( ǀ → l ) LATIN LETTER DENTAL CLICK → LATIN SMALL LETTER L
+0031 ;\t006C ;\tMA\t# ( 1 → l ) DIGIT ONE → LATIN SMALL LETTER L
+3008 ;\t276C ;\tMA\t#* ( 〈 → ❬ ) LEFT ANGLE BRACKET → MEDIUM LEFT-POINTING ANGLE BRACKET ORNAMENT
+22D8 ;\t003C 003C 003C ;\tMA\t#* ( ⋘ → <<< ) VERY MUCH LESS-THAN → LESS-THAN SIGN ×3
+05AD ;\t0596 ;\tMA\t# ( ֭ → ֖ ) HEBREW ACCENT DEHI → HEBREW ACCENT TIPEHA
+0072 0006E ;\t006D ;\tMA\t# ( rn → m )
+"""
+
+
+def test_generator_keeps_non_ascii_look_alikes_of_printable_ascii():
+    table = confusables(CONFUSABLES_EXCERPT)
+    assert table["\u0415"] == "E"
+    assert table["\u22d8"] == "<<<"
+    assert table["\u01c0"] == "l"  # not an uppercase letter: kept as l
+
+
+def test_generator_reads_an_uppercase_l_look_alike_as_capital_i():
+    assert confusables(CONFUSABLES_EXCERPT)["\u0406"] == "I"
+
+
+def test_generator_maps_the_angle_bracket_class_to_ascii_brackets():
+    assert confusables(CONFUSABLES_EXCERPT)["\u3008"] == "<"
+
+
+def test_generator_drops_ascii_sources_non_ascii_prototypes_and_sequences():
+    table = confusables(CONFUSABLES_EXCERPT)
+    assert "1" not in table and "\u05ad" not in table and "rn" not in table
+
+
+def test_generator_merges_default_ignorable_ranges():
+    derived = (
+        "00AD          ; Default_Ignorable_Code_Point # Cf       SOFT HYPHEN\n"
+        "200B..200F    ; Default_Ignorable_Code_Point # Cf   [5] ZERO WIDTH SPACE..\n"
+        "2010          ; Other_Property # not this one\n"
+        "2060..2064    ; Default_Ignorable_Code_Point # Cf   [5] WORD JOINER..\n"
+        "2065          ; Default_Ignorable_Code_Point # Cn       <reserved-2065>\n"
+    )
+    assert ignorable_ranges(derived) == [(0x00AD, 0x00AD), (0x200B, 0x200F), (0x2060, 0x2065)]
