@@ -16,9 +16,10 @@ import pytest
 
 pytest.importorskip("trl")
 
-from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, trl_prompt
+from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, environment_reward, trl_prompt
 from deepanalyze_env.trainers.trl.train import _make_callback, step_line
 from deepanalyze_env.trainers.trl.turns import Generated
+from rewards import register_reward
 from tests.conftest import qa_extras
 
 
@@ -83,3 +84,72 @@ def test_a_step_without_a_logged_loss_reports_it_as_unknown(smollm2_tokenizer, w
     reporter.on_log(None, SimpleNamespace(global_step=1), None, logs={"reward": -0.5})
     line = json.loads((tmp_path / "metrics.jsonl").read_text())
     assert line["teach"]["loss_nonzero"] is None and line["time"]["step_s"] == 0.0
+
+
+class _JudgeDown(RuntimeError):
+    """Stands in for the judge's call failure: only its ``verifier_cause`` matters here."""
+
+    verifier_cause = "judge_call"
+
+
+@register_reward("test_step_report_judge_down")
+def _judge_down(answer: str | None) -> float:
+    raise _JudgeDown("connection refused")
+
+
+def _rollout_with_an_outage(tok, workspace_root):
+    """Task x's plan calls a judge that is down; task y's is scored: 2 of 4 episodes excluded."""
+    down = {"method": "qa_plain", "ground_truth": "B", "function": ["test_step_report_judge_down"]}
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": "Which store?"}],
+            "task_id": "x",
+            **qa_extras(reward_spec=down),
+        },
+        {"prompt": [{"role": "user", "content": "Which store?"}], "task_id": "y", **qa_extras()},
+    ]
+    right = tok.encode("<Analyze>a</Analyze><Answer>Answer: B</Answer>", add_special_tokens=False)
+
+    def generator(trainer, contexts, caps):
+        return [Generated(right, None) for _ in contexts]
+
+    rollout = DeepAnalyzeRollout(rows, {"workspace_root": str(workspace_root)}, generator=generator)
+    fake = SimpleNamespace(
+        processing_class=tok, args=SimpleNamespace(max_completion_length=64), eos_token_ids=[tok.eos_token_id]
+    )
+    out = rollout([trl_prompt(rows[i]) for i in (0, 0, 1, 1)], fake)
+    return rollout, out
+
+
+def test_a_step_line_gives_the_verifier_error_rate_by_cause(smollm2_tokenizer, workspace_root, tmp_path):
+    rollout, out = _rollout_with_an_outage(smollm2_tokenizer, workspace_root)
+    assert out["reward_error_cause"] == ["judge_call", "judge_call", None, None]  # the premise
+    reporter = _make_callback(rollout, tmp_path)
+    reporter.on_log(None, SimpleNamespace(global_step=1), None, logs={"loss": 0.1})
+    line = json.loads((tmp_path / "metrics.jsonl").read_text())
+    assert line["verifier_error_rates"] == {
+        "judge_parse": 0.0,
+        "context_length": 0.0,
+        "judge_call": 0.5,
+        "reward_raised": 0.0,
+    }
+
+
+def test_a_step_without_exclusions_still_gives_every_cause_as_zero(smollm2_tokenizer, workspace_root):
+    stats = _run_rollout(smollm2_tokenizer, workspace_root).drain()
+    line = step_line(1, stats, {"loss": 0.0}, step_seconds=1.0, elapsed=1.0)
+    assert line["verifier_error_rates"] == dict.fromkeys(
+        ("judge_parse", "context_length", "judge_call", "reward_raised"), 0.0
+    )
+
+
+def test_trls_logs_give_the_verifier_error_rate_by_cause(smollm2_tokenizer, workspace_root):
+    _, out = _rollout_with_an_outage(smollm2_tokenizer, workspace_root)
+    logged: dict[str, float] = {}
+    environment_reward(completions=[""] * 4, log_metric=logged.__setitem__, **out)
+    assert {k: v for k, v in logged.items() if k.startswith("verifier_error/")} == {
+        "verifier_error/judge_parse": 0.0,
+        "verifier_error/context_length": 0.0,
+        "verifier_error/judge_call": 0.5,
+        "verifier_error/reward_raised": 0.0,
+    }

@@ -16,6 +16,9 @@
 Counts of excluded rows go to the step's metrics under ``deepanalyze/``, the curriculum's under
 ``deepanalyze/curriculum/``; ``deepanalyze/suspect`` counts the episodes the reward-hacking watch
 flagged (each row's env metric ``suspect``, also logged as the rate ``environment/suspect``).
+The ``verifier_error`` rate by cause needs nothing here: every row's env metrics carry
+``verifier_error_<cause>`` (0 or 1, ``DeepAnalyzeEnv.get_metrics``), which SkyRL averages into
+``environment/verifier_error_<cause>``, the step's rate per cause.
 """
 
 from __future__ import annotations

@@ -150,6 +150,7 @@ def episode_metrics(
             [m["reward_components"] for m in finals],
             [m["reward_status"] for m in finals],
             [m["termination"] for m in finals],
+            [m.get("reward_error_cause") for m in finals],
         )
     return [e.get_reward() if isinstance(e, DeepAnalyzeToolEnvironment) else None for e in environments]
 

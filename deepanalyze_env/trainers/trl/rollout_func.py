@@ -41,7 +41,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import NotRequired, TypedDict, cast
 
-from deepanalyze_env.core.contracts import FinalMetadata, JsonObject, RewardStatus, Termination, trainable
+from deepanalyze_env.core.contracts import (
+    FinalMetadata,
+    JsonObject,
+    RewardStatus,
+    Termination,
+    VerifierErrorCause,
+    trainable,
+    verifier_error_rates,
+)
 from deepanalyze_env.core.env import DeepAnalyzeEnv
 from deepanalyze_env.core.hacking import flag_envs
 from deepanalyze_env.core.memory import PeakWatch
@@ -179,6 +187,19 @@ class _Episode:
 # ---------------------------------------------------------------------------- the rollout function
 
 
+class EndedAs(TypedDict):
+    """An episode's status and, for ``verifier_error``, its cause: what ``verifier_error_rates`` reads."""
+
+    reward_status: str
+    reward_error_cause: VerifierErrorCause | None
+
+
+def ended_as(statuses: Sequence[str], causes: Sequence[VerifierErrorCause | None] | None) -> list[EndedAs]:
+    """Per-episode statuses and causes (causes None: a caller without them, every cause None)."""
+    causes = list(causes) if causes is not None else [None] * len(statuses)
+    return [{"reward_status": s, "reward_error_cause": c} for s, c in zip(statuses, causes, strict=True)]
+
+
 @dataclass
 class RolloutStats:
     """What happened since the last ``drain()``: for logging per training step.
@@ -195,6 +216,7 @@ class RolloutStats:
     components: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     statuses: Counter[str] = field(default_factory=Counter)
     terminations: Counter[str] = field(default_factory=Counter)
+    ended: list[EndedAs] = field(default_factory=list)  # per episode, for ``verifier_error_rates``
     episodes: int = 0
     seconds: float = 0.0
     generate_seconds: float = 0.0
@@ -216,6 +238,7 @@ class RolloutOutput(TypedDict):
     env_reward: list[float | None]
     reward_components: list[dict[str, float]]
     reward_status: list[RewardStatus]
+    reward_error_cause: list[VerifierErrorCause | None]
     termination: list[Termination]
     episode_id: NotRequired[list[str]]
 
@@ -417,6 +440,7 @@ class DeepAnalyzeRollout:
             rewards.append(ep.reward if trains else None)
             self.stats.episodes += 1
             self.stats.statuses[meta["reward_status"]] += 1
+            self.stats.ended += ended_as([meta["reward_status"]], [meta.get("reward_error_cause")])
             self.stats.terminations[meta["termination"]] += 1
             self.stats.scoring_seconds += float(ep.env.timings.get("reward_ms", 0.0)) / 1000.0
             if trains:
@@ -443,6 +467,7 @@ class DeepAnalyzeRollout:
             "env_reward": rewards,
             "reward_components": [dict(ep.ended["reward_components"]) for ep in episodes],
             "reward_status": [ep.ended["reward_status"] for ep in episodes],
+            "reward_error_cause": [ep.ended.get("reward_error_cause") for ep in episodes],
             "termination": [ep.ended["termination"] for ep in episodes],
             "episode_id": [str(ep.env.extras["episode_id"]) for ep in episodes],
         }
@@ -455,6 +480,7 @@ def environment_reward(
     reward_status: list[str],
     termination: list[str],
     log_metric: MetricLogger | None = None,
+    reward_error_cause: list[VerifierErrorCause | None] | None = None,
     **_: object,
 ) -> list[float | None]:
     """The one reward function: the env's reward, None where the episode is kept out of training.
@@ -463,7 +489,7 @@ def environment_reward(
     because TRL drops a row from its group baseline only when *every* function returns None.
     """
     if log_metric is not None:
-        log_episode_metrics(log_metric, reward_components, reward_status, termination)
+        log_episode_metrics(log_metric, reward_components, reward_status, termination, reward_error_cause)
     return [None if r is None or (isinstance(r, float) and math.isnan(r)) else float(r) for r in env_reward]
 
 
@@ -472,10 +498,13 @@ def log_episode_metrics(
     components: Sequence[dict[str, float]],
     statuses: Sequence[str],
     terminations: Sequence[str],
+    causes: Sequence[VerifierErrorCause | None] | None = None,
 ) -> None:
     """TRL's logs for a batch of episodes, on both TRL paths: each component's mean as
-    ``reward_components/<name>`` (over the episodes that have it), and ``reward_status/<status>``
-    and ``termination/<termination>`` counts."""
+    ``reward_components/<name>`` (over the episodes that have it), ``reward_status/<status>``
+    and ``termination/<termination>`` counts, and ``verifier_error/<cause>``, the share of the
+    batch excluded for each cause (every cause, 0.0 when none: a rising line is a policy learning
+    to be excluded)."""
     per_component: dict[str, list[float]] = defaultdict(list)
     for comps in components:
         for name, value in comps.items():
@@ -486,6 +515,8 @@ def log_episode_metrics(
         log_metric(f"reward_status/{status}", float(count))
     for term, count in Counter(terminations).items():
         log_metric(f"termination/{term}", float(count))
+    for cause, rate in verifier_error_rates(ended_as(statuses, causes)).items():
+        log_metric(f"verifier_error/{cause}", rate)
 
 
 def trl_prompt(row: JsonObject) -> list[JsonObject]:

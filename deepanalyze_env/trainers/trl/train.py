@@ -22,7 +22,7 @@ from rich.table import Table
 
 from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.config import ConfigError, EnvConfig
-from deepanalyze_env.core.contracts import JsonObject
+from deepanalyze_env.core.contracts import JsonObject, verifier_error_rates
 from deepanalyze_env.core.hacking import SuspectSummary, summarize
 from deepanalyze_env.core.memory import PeakFigures, PeakWatch, gib
 from deepanalyze_env.core.records import load_run, write_jsonl_atomic
@@ -87,6 +87,7 @@ class StepLine(TypedDict):
     reward_std: float | None
     components: dict[str, float]
     status_counts: dict[str, int]
+    verifier_error_rates: dict[str, float]  # cause → share of the step's episodes (every cause)
     termination_counts: dict[str, int]
     episodes: int
     rollout_seconds: float
@@ -196,6 +197,9 @@ def _step_table(step: int, stats: RolloutStats, logs: TrainerLogs, line: StepLin
         table.add_row(name, f"{sum(values) / len(values):.3f}", str(len(values)))
     for kind, counts in (("status", stats.statuses), ("termination", stats.terminations)):
         table.add_row(kind, ", ".join(f"{k}={v}" for k, v in sorted(counts.items())), "")
+    excluded = {k: v for k, v in line["verifier_error_rates"].items() if v}
+    if excluded:
+        table.add_row("verifier_error by cause", ", ".join(f"{k}={v:.0%}" for k, v in excluded.items()), "")
     if "loss" in logs:
         table.add_row("loss", f"{logs['loss']:.4f}", "")
     time_, teach = line["time"], line["teach"]
@@ -253,6 +257,8 @@ def step_line(
         "reward_std": std,
         "components": {k: sum(v) / len(v) for k, v in stats.components.items()},
         "status_counts": dict(stats.statuses),
+        # exclusions by cause, every cause present: a rising line is a policy learning to be excluded
+        "verifier_error_rates": dict(verifier_error_rates(stats.ended)),
         "termination_counts": dict(stats.terminations),
         "episodes": stats.episodes,
         "rollout_seconds": round(stats.seconds, 3),
