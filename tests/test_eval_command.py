@@ -330,3 +330,32 @@ def test_a_bank_difficulty_groups_by_its_level_and_prints_readably():
     assert "| difficulty=medium | 2 |" in text
     assert "| difficulty=easy | 1 |" in text
     assert "{" not in text.split("## Components")[0]
+
+
+def test_the_report_gives_the_verifier_error_rate_by_cause():
+    from deepanalyze_env.offline.eval_report import summarize
+
+    def ep(i: int, status: str, cause: str | None) -> dict:
+        return {
+            "episode_id": f"e{i}",
+            "task_id": f"t{i % 2}",
+            "reward_spec": {"method": "qa_plain", "ground_truth": "B"},
+            "reward": 0.0,
+            "reward_components": {},
+            "reward_status": status,
+            "reward_error_cause": cause,
+            "format_ok": True,
+            "termination": "answer",
+            "turns": 1,
+            "messages": [],
+        }
+
+    records = [ep(0, "verifier_error", "context_length"), ep(1, "scored", None), ep(2, "scored", None)]
+    records.append(ep(3, "scored", None))
+    # by hand: one of four episodes is excluded, for its judge's context length
+    assert summarize(records, [1])["verifier_error_rates"] == {
+        "judge_parse": 0.0,
+        "context_length": 0.25,
+        "judge_call": 0.0,
+        "reward_raised": 0.0,
+    }

@@ -187,6 +187,26 @@ def test_stats_match_hand_computed_values(run: Path, capsys: pytest.CaptureFixtu
     assert "format pass rate" in printed and "60.0%" in printed
 
 
+def test_stats_give_the_verifier_error_rate_by_cause(tmp_path: Path):
+    records = crafted()
+    records[3]["reward_error_cause"] = "judge_call"  # D: its judge answered 503
+    folder = tmp_path / "run"
+    (folder / "records").mkdir(parents=True)
+    write_jsonl_atomic(folder / "records" / "episodes-h-1.jsonl", records)
+    assert main(["stats", str(folder)]) == 0
+    s = json.loads((folder / "stats.json").read_text())
+    # by hand: one of six episodes, D, is a verifier_error, caused by the judge call
+    assert s["verifier_error_rates"] == {
+        "judge_parse": 0.0,
+        "context_length": 0.0,
+        "judge_call": pytest.approx(1 / 6),
+        "reward_raised": 0.0,
+    }
+    md = (folder / "stats.md").read_text()
+    row = "judge_parse 0.0%, context_length 0.0%, judge_call 16.7%, reward_raised 0.0%"
+    assert f"| verifier_error by cause | {row} |" in md
+
+
 def test_stats_read_rescored_records_over_the_originals(run: Path, tmp_path: Path):
     fixed = dict(crafted()[3], reward_status="scored", reward=0.5)
     fixed["reward_components"] = {"judge_accuracy": 0.0, "datatask_code": 1.0}

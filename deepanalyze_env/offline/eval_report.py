@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, TypedDict
 
-from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject, JsonValue
+from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject, JsonValue, verifier_error_rates
 from deepanalyze_env.core.records import load_run, own_turn_indices
 from deepanalyze_env.offline.eval_schema import (
     Comparison,
@@ -58,6 +58,9 @@ DEFINITIONS = (
     "*pass@k*: per task with n measured episodes of which c are correct (accuracy >= threshold), "
     "1 - C(n-c, k) / C(n, k) (the unbiased estimator), averaged over tasks with n >= k; pass@1 = mean c/n.",
     "*component means*: over the scored episodes that have the component.",
+    "*verifier_error by cause*: the share of all episodes (`missing` ones included) that are "
+    "`verifier_error` for each `reward_error_cause` (`judge_parse`, `context_length`, `judge_call`, "
+    "`reward_raised`).",
     "*turns*: policy turns per finished episode; *completion tokens*: from the policy's reported usage "
     "(absent for policies that report none); *assistant chars*: characters of the policy turns.",
     "*compare*: per task present in both folders (planned or recorded), B minus A of the task's mean; "
@@ -291,6 +294,7 @@ def summarize(
         "pass_at": pass_at,
         "components": {name: mean(values) for name, values in sorted(components.items())},
         "status_rates": _rate(Counter(str(r.get("reward_status")) for r in records), n),
+        "verifier_error_rates": dict(verifier_error_rates(records)),
         "termination_rates": _rate(Counter(str(r.get("termination")) for r in records), n),
         "turns_mean": mean(turns),
         "turns_max": max(turns) if turns else None,
@@ -463,6 +467,9 @@ def report_markdown(report: EvalReport, title: str) -> str:
     lines += [f"- `{k}`: {fmt(v)}" for k, v in o["components"].items()] or ["- none"]
     lines += ["", "## Status and termination", ""]
     lines += [f"- status `{k}`: {fmt(v)}" for k, v in o["status_rates"].items()]
+    lines += [
+        f"- `verifier_error` caused by `{k}`: {fmt(v)}" for k, v in o.get("verifier_error_rates", {}).items()
+    ]
     lines += [f"- termination `{k}`: {fmt(v)}" for k, v in o["termination_rates"].items()]
     lines += [
         "",

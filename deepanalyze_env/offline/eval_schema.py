@@ -44,6 +44,8 @@ class Summary(TypedDict):
     pass_at: dict[str, PassAt]  # str(k) → pass@k
     components: dict[str, float | None]
     status_rates: dict[str, float]
+    # reward_error_cause → share of the episodes (every cause); absent from reports written before it
+    verifier_error_rates: NotRequired[dict[str, float]]
     termination_rates: dict[str, float]
     turns_mean: float | None
     turns_max: int | None

@@ -17,7 +17,7 @@ from typing import NotRequired, TypedDict
 
 import numpy as np
 
-from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject, trainable
+from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject, trainable, verifier_error_rates
 from deepanalyze_env.core.records import own_turn_indices
 from deepanalyze_env.offline.report import Distribution, distribution, fmt, pct, rate
 
@@ -27,6 +27,9 @@ BUDGET_ENDS = ("length",)
 DEFINITIONS = (
     '*valid* episode: `reward_status == "scored"` and not cut by a token budget '
     '(`termination != "length"`) — what a trainer would learn from.',
+    "*verifier_error by cause*: the share of all episodes excluded as `verifier_error` for each "
+    "`reward_error_cause` (`judge_parse`, `context_length`, `judge_call`, `reward_raised`; a record "
+    "from before causes were recorded counts as `reward_raised`).",
     "*format pass rate*: `format_ok` over episodes whose gate ran (status `scored` or `verifier_error`; "
     "an `environment_error` episode never reached the gate).",
     "reward mean ± std (population std) over scored episodes, overall and per `reward_spec.method`; "
@@ -103,6 +106,7 @@ class RunStats(TypedDict):
 
     episodes: int
     status_counts: dict[str, int]
+    verifier_error_rates: dict[str, float]  # reward_error_cause → share of all episodes (every cause)
     termination_counts: dict[str, int]
     valid_episodes: int
     valid_rate: float | None
@@ -180,6 +184,7 @@ def compute_stats(
     return {
         "episodes": n,
         "status_counts": dict(sorted(status.items())),
+        "verifier_error_rates": dict(verifier_error_rates(records)),
         "termination_counts": dict(sorted(termination.items())),
         "valid_episodes": len(valid),
         "valid_rate": rate(len(valid), n),
@@ -282,6 +287,10 @@ def summary_rows(stats: RunStats) -> list[tuple[str, str]]:
     rows = [
         ("episodes", episodes),
         ("status", ", ".join(f"{k} {v}" for k, v in stats["status_counts"].items())),
+        (
+            "verifier_error by cause",
+            ", ".join(f"{k} {pct(v)}" for k, v in stats["verifier_error_rates"].items()),
+        ),
         ("termination", ", ".join(f"{k} {v}" for k, v in stats["termination_counts"].items())),
         ("valid episodes", f"{stats['valid_episodes']} ({pct(stats['valid_rate'])})"),
         ("format pass rate", pct(stats["format_pass_rate"])),
