@@ -8,7 +8,8 @@ Rendering wraps each field in ``<<<BEGIN NAME id>>> … <<<END NAME id>>>`` line
 hash of the rubric and *all* field texts, so it is deterministic (renders are cacheable and
 replayable) yet a candidate cannot forge its own closing marker: the id depends on the very
 text that would have to contain it. Runs of ``<<<``/``>>>`` inside field text are broken up
-as well, so marker-looking text stays visibly inert.
+as well, so marker-looking text stays visibly inert; field text is read folded
+(``core/fold.py``), so a look-alike run or observation tag is escaped like the real one.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from deepanalyze_env.core.fold import fold, original_range, spans
 from rewards.judge.errors import JudgeConfigError
 from rewards.judge.transcript import Transcript
 
@@ -136,19 +138,43 @@ def validate_prompts(prompt_dir: str | Path | None = None, names: tuple[str, ...
     return {name: prompt_hash(name, prompt_dir) for name in (tuple(RUBRICS) if names is None else names)}
 
 
+def _rewrite(text: str, folded: str, found: list[tuple[int, int, str]]) -> str:
+    """``text`` with each ``(begin, end, replacement)`` of its fold replaced: the characters
+    the policy typed whose folds cover ``folded[begin:end]`` give way to ``replacement``."""
+    starts = None if folded is text else spans(text)  # ASCII: the fold is the text
+    pieces, pos = [], 0
+    for begin, end, replacement in found:
+        first, last = (begin, end) if starts is None else original_range(starts, begin, end)
+        pieces += [text[pos:first], replacement]
+        pos = last
+    return "".join([*pieces, text[pos:]])
+
+
 def neutralise(text: str) -> str:
-    """Break up ``<<<``/``>>>`` runs so field text can never look like a section marker."""
-    if "<<<" not in text and ">>>" not in text:  # the common case, without a regex pass
+    """Break up runs that *fold* to ``<<<``/``>>>`` (``core.fold``: look-alike chevrons, invisible
+    characters between them) so field text can never look like a section marker: the run is shown
+    folded, one chevron at a time (``< < <``)."""
+    folded = fold(text)
+    if "<<<" not in folded and ">>>" not in folded:  # the common case, without a regex pass
         return text
-    return _MARKER_RUN.sub(lambda m: " ".join(m.group()), text)
+    found = [(m.start(), m.end(), " ".join(m.group())) for m in _MARKER_RUN.finditer(folded)]
+    return _rewrite(text, folded, found)
 
 
 def escape_observation_tags(text: str) -> str:
-    """``<Execute>`` → ``&lt;Execute&gt;`` (and ``<tool_response>``): a tag the policy typed, shown as
-    its text, so it cannot look like an environment block."""
-    if "<" not in text:
+    """``<Execute>`` → ``&lt;Execute&gt;`` (and ``<tool_response>``), for every tag the policy typed
+    whose *fold* is one (``＜Execute＞``, ``<`` + ZERO WIDTH SPACE + ``Execute>``, a Cyrillic ``Е``,
+    ``<Execute >``, ``<\nExecute>``): its brackets become entities, so it reads as text and cannot
+    look like an environment block. The tag's own characters stay as typed."""
+    folded = fold(text)
+    if "<" not in folded:
         return text
-    return _OBSERVATION_TAG.sub(lambda m: "&lt;" + m.group(1) + ("&gt;" if m.group(2) else ""), text)
+    found = []
+    for m in _OBSERVATION_TAG.finditer(folded):
+        found.append((m.start(), m.start() + 1, "&lt;"))
+        if m.group(2):
+            found.append((m.end() - 1, m.end(), "&gt;"))
+    return _rewrite(text, folded, found) if found else text
 
 
 def render_transcript(transcript: Transcript, nonce: str) -> str:
