@@ -216,6 +216,50 @@ def test_summary_shows_the_stats_of_the_run(watched: Watched, records: list[dict
         assert name in summary
 
 
+CAUSES = ("judge_parse", "context_length", "judge_call", "reward_raised")
+
+
+def test_summary_shows_the_verifier_error_rate_by_cause(watched: Watched, records: list[dict]):
+    summary = watched.page.text_content("#summary").replace(" ", "")
+    assert "verifier_errorbycause" in summary
+    for cause in CAUSES:
+        n = sum(
+            1
+            for r in records
+            if r["reward_status"] == "verifier_error"
+            and (r.get("reward_error_cause") or "reward_raised") == cause
+        )
+        assert f"{cause}{n}{100 * n / len(records):.1f}%" in summary
+
+
+def test_a_training_folder_draws_one_rising_line_per_cause(browser, run_dir: Path, tmp_path: Path):
+    folder = tmp_path / "grpo-out"
+    folder.mkdir()
+    shutil.copy(run_dir / "episodes.jsonl", folder / "episodes.jsonl")
+    rising = [0.0, 0.25, 0.5]  # a policy learning to get its episodes excluded
+    lines = [
+        {"step": i + 1, "verifier_error_rates": {**dict.fromkeys(CAUSES, 0.0), "context_length": rate}}
+        for i, rate in enumerate(rising)
+    ]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert main(["view", str(folder)]) == 0
+    w = Watched(browser, folder / "episodes.html")
+    try:
+        points = w.page.eval_on_selector_all(
+            "svg.step-lines polyline", "els => els.map(e => [e.dataset.cause, e.getAttribute('points')])"
+        )
+        assert sorted(c for c, _ in points) == sorted(CAUSES)
+        ys = [float(p.split(",")[1]) for p in dict(points)["context_length"].split()]
+        assert ys[0] > ys[1] > ys[2]  # SVG y grows downwards: a rising rate is a falling y
+        flat = [float(p.split(",")[1]) for p in dict(points)["judge_call"].split()]
+        assert len(set(flat)) == 1
+        rows = w.page.eval_on_selector_all(".step-table tbody tr", "els => els.map(e => e.textContent)")
+        assert len(rows) == 3 and "50.0%" in rows[2]
+        assert w.errors == []
+    finally:
+        w.context.close()
+
+
 def test_paging_shows_fifty_rows_at_a_time(browser, records: list[dict], tmp_path: Path):
     many = [dict(records[i % len(records)], episode_id=f"e{i:04d}") for i in range(120)]
     write_jsonl_atomic(tmp_path / "many.jsonl", many)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -130,3 +131,84 @@ def test_a_tools_record_shows_its_calls_and_its_submitted_answer():
     assert shown[1].startswith("Sum it.\n<tool_call>") and '"code": "print(1)"' in shown[1]
     assert body["messages"][2] == {"role": "tool", "segs": [{"t": "", "s": "1"}]}
     assert "Store B" in json.dumps(payload.index[0])
+
+
+# ------------------------------------------------ exclusions: verifier_error by cause (design.md §6)
+
+
+def _record(eid: str, status: str, cause: str | None) -> dict:
+    return {
+        "episode_id": eid,
+        "task_id": "t1",
+        "reward_spec": {"method": "qa_plain", "ground_truth": "B"},
+        "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+        "reward": 0.0,
+        "reward_components": {},
+        "reward_status": status,
+        "reward_error_cause": cause,
+        "format_ok": True,
+        "gate": None,
+        "termination": "answer",
+        "code_pass": [],
+        "turns": 1,
+        "exec": [],
+        "versions": {"profile": "v1"},
+    }
+
+
+def _step(step: int, judge_parse: float) -> str:
+    rates = {"judge_parse": judge_parse, "context_length": 0.0, "judge_call": 0.0, "reward_raised": 0.0}
+    return json.dumps({"step": step, "episodes": 4, "verifier_error_rates": rates})
+
+
+def _page_meta(page: str) -> dict:
+    start = page.index('<script type="application/json" id="meta">') + len(
+        '<script type="application/json" id="meta">'
+    )
+    return json.loads(page[start : page.index("</script>", start)])
+
+
+def _training_folder(tmp_path: Path, metrics: list[str]) -> Path:
+    folder = tmp_path / "grpo-out"
+    folder.mkdir()
+    records = [_record("e1", "verifier_error", "judge_parse"), _record("e2", "scored", None)]
+    records += [_record("e3", "verifier_error", None), _record("e4", "scored", None)]
+    (folder / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "metrics.jsonl").write_text("".join(line + "\n" for line in metrics))
+    return folder
+
+
+def test_the_page_gives_the_runs_verifier_error_rate_by_cause(tmp_path: Path):
+    from deepanalyze_env.offline.viewer.build import build_view
+
+    folder = _training_folder(tmp_path, [])
+    report = build_view([folder], folder / "episodes.html")
+    meta = _page_meta(report.path.read_text())
+    # by hand: e1 for a judge reply it could not read, e3 (no cause recorded) as reward_raised; of 4
+    assert meta["verifier_error_rates"] == {
+        "judge_parse": 0.25,
+        "context_length": 0.0,
+        "judge_call": 0.0,
+        "reward_raised": 0.25,
+    }
+    assert meta["steps"] == []  # no metrics.jsonl lines: no per-step lines to draw
+
+
+def test_the_page_carries_each_training_steps_rates_by_cause(tmp_path: Path):
+    from deepanalyze_env.offline.viewer.build import build_view
+
+    lines = [_step(1, 0.0), json.dumps({"step": 2, "episodes": 4}), "{torn", _step(3, 0.5)]
+    folder = _training_folder(tmp_path, lines)
+    meta = _page_meta(build_view([folder], folder / "episodes.html").path.read_text())
+    # the line without rates (an older run's) and the torn one are skipped
+    assert [(s["source"], s["step"], s["rates"]["judge_parse"]) for s in meta["steps"]] == [
+        (0, 1, 0.0),
+        (0, 3, 0.5),
+    ]
+    assert set(meta["steps"][1]["rates"]) == {"judge_parse", "context_length", "judge_call", "reward_raised"}
+
+
+def test_an_episode_body_names_its_verifier_error_cause():
+    payload = Payload()
+    payload.add(_record("e1", "verifier_error", "context_length"), kept=None, source=0)
+    assert json.loads(payload.bodies[0])["reward_error_cause"] == "context_length"

@@ -34,6 +34,7 @@ from deepanalyze_env.offline.viewer.payload import INDEX_COLUMNS, Payload, scrip
 
 HERE = Path(__file__).resolve().parent
 HISTOGRAM_BINS = 20
+STEP_METRICS = "metrics.jsonl"  # a GRPO output folder's per-step lines (trainers/trl/train.py: step_line)
 _PLACEHOLDER = re.compile(r"\{\{[A-Z]+\}\}")
 
 
@@ -85,6 +86,36 @@ class Histogram(TypedDict):
     counts: list[int]
 
 
+class StepExclusions(TypedDict):
+    """One training step's ``verifier_error`` rate by cause, as its ``metrics.jsonl`` line says."""
+
+    source: int  # index into ``sources``
+    step: int
+    rates: dict[str, float]  # reward_error_cause → share of the step's episodes
+
+
+def step_exclusions(sources: Sequence[Path]) -> list[StepExclusions]:
+    """Per training step, the ``verifier_error`` rate by cause of each source that is a GRPO output
+    folder (its ``metrics.jsonl``; computed there by ``core.contracts.verifier_error_rates``), so a
+    policy learning to be excluded shows as a rising line. Lines written before the rates existed,
+    and unreadable ones, are skipped; a source without the file gives none."""
+    steps: list[StepExclusions] = []
+    for s, source in enumerate(sources):
+        path = source / STEP_METRICS
+        if not path.is_file():
+            continue
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            rates = item.get("verifier_error_rates") if isinstance(item, dict) else None
+            if isinstance(rates, dict) and isinstance(item.get("step"), int):
+                clean = {str(k): float(v) for k, v in rates.items() if isinstance(v, int | float)}
+                steps.append({"source": s, "step": item["step"], "rates": clean})
+    return steps
+
+
 class PageMeta(TypedDict):
     """The page's summary data (``{{META}}``): sources, the stats rows and counts, the histogram."""
 
@@ -96,6 +127,8 @@ class PageMeta(TypedDict):
     summary: list[tuple[str, str]]
     components: dict[str, ComponentMean]
     status_counts: dict[str, int]
+    verifier_error_rates: dict[str, float]  # reward_error_cause → share of the shown episodes
+    steps: list[StepExclusions]  # per training step, when a source is a GRPO output folder
     termination_counts: dict[str, int]
     episodes: int
     suspects: int
@@ -203,6 +236,8 @@ def build_view(
         "summary": summary_rows(stats),
         "components": stats["components"],
         "status_counts": stats["status_counts"],
+        "verifier_error_rates": stats["verifier_error_rates"],
+        "steps": step_exclusions([path for path, _ in runs]),
         "termination_counts": stats["termination_counts"],
         "episodes": stats["episodes"],
         "suspects": sum(1 for item in shown if item[3]),

@@ -267,6 +267,7 @@ class Payload:
             "weights": weights,
             "weight_source": weight_source,
             "reward_status": record.get("reward_status"),
+            "reward_error_cause": record.get("reward_error_cause"),
             "format_ok": record.get("format_ok"),
             "gate": record.get("gate"),
             "termination": record.get("termination"),

@@ -88,6 +88,11 @@
       return [badge(k), fmt(meta.status_counts[k]), pct(meta.status_counts[k], meta.episodes)];
     });
     add(p2, table(["status", "episodes", "rate"], statusRows, [0, 1, 1]));
+    add(p2, el("h3", null, "verifier_error by cause"));
+    add(p2, table(["cause", "episodes", "rate"], Object.keys(meta.verifier_error_rates).map(function (k) {
+      var r = meta.verifier_error_rates[k];
+      return [k, fmt(Math.round(r * meta.episodes)), (100 * r).toFixed(1) + "%"];
+    }), [0, 1, 1]));
     add(p2, el("h3", null, "Termination"));
     add(p2, table(["termination", "episodes", "rate"], Object.keys(meta.termination_counts).map(function (k) {
       return [k, fmt(meta.termination_counts[k]), pct(meta.termination_counts[k], meta.episodes)];
@@ -110,9 +115,64 @@
       return [k, fmt(meta.components[k].n), fmt(meta.components[k].mean, 4)];
     }), [0, 1, 1]));
     add(box, add(grid, p1, p2, p3));
+    if (meta.steps.length) add(box, renderSteps(meta.steps));
     if (meta.suspects) add(box, el("p", "note suspect-note", meta.suspects + " suspect episode" + (meta.suspects === 1 ? "" : "s") +
       " (high reward, anomalous answer or work: reward-hacking watch) listed first; filter with \"suspect\"."));
     if (meta.duplicates) add(box, el("p", "note", meta.duplicates + " repeated episode ids across the sources were shown once (first copy)."));
+  }
+
+  // The verifier_error rate by cause per training step (a GRPO folder's metrics.jsonl): one line
+  // per cause, so a policy that learns to get itself excluded shows as a rising line.
+  var CAUSE_COLORS = ["#dd8452", "#c44e52", "#8172b3", "#937860"];
+  function renderSteps(steps) {
+    var panel = add(el("div", "panel steps"), el("h3", null, "verifier_error rate by cause, per training step"));
+    var causes = Object.keys(meta.verifier_error_rates);
+    var multi = meta.sources.length > 1;
+    var NS = "http://www.w3.org/2000/svg", W = 600, H = 120, pad = 4;
+    var top = Math.max.apply(null, [0.05].concat(steps.map(function (s) {
+      return Math.max.apply(null, causes.map(function (c) { return s.rates[c] || 0; }));
+    })));
+    var svg = document.createElementNS(NS, "svg");
+    svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+    svg.setAttribute("class", "step-lines");
+    svg.setAttribute("role", "img");
+    svg.setAttribute("aria-label", "verifier_error rate by cause per step, up to " + (100 * top).toFixed(1) + "%");
+    meta.sources.forEach(function (_, si) {
+      var mine = steps.filter(function (s) { return s.source === si; });
+      if (!mine.length) return;
+      var first = mine[0].step, last = mine[mine.length - 1].step, span = Math.max(1, last - first);
+      causes.forEach(function (c, ci) {
+        var line = document.createElementNS(NS, "polyline");
+        line.setAttribute("fill", "none");
+        line.setAttribute("stroke", CAUSE_COLORS[ci % CAUSE_COLORS.length]);
+        line.setAttribute("stroke-width", "2");
+        line.setAttribute("data-cause", c);
+        line.setAttribute("points", mine.map(function (s) {
+          var x = pad + (W - 2 * pad) * (s.step - first) / span;
+          var y = H - pad - (H - 2 * pad) * (s.rates[c] || 0) / top;
+          return x.toFixed(1) + "," + y.toFixed(1);
+        }).join(" "));
+        svg.appendChild(line);
+      });
+    });
+    add(panel, svg);
+    var legend = el("div", "step-legend");
+    causes.forEach(function (c, ci) {
+      var key = el("span", "step-key", "\u25A0 " + c);
+      key.style.color = CAUSE_COLORS[ci % CAUSE_COLORS.length]; // CSSOM, allowed by the CSP
+      add(legend, key);
+    });
+    add(panel, legend, el("p", "note", "0 to " + (100 * top).toFixed(1) + "% of each step's episodes"));
+    var head = (multi ? ["source"] : []).concat(["step"], causes);
+    var data = steps.map(function (s) {
+      return (multi ? [meta.sources[s.source]] : []).concat([s.step], causes.map(function (c) {
+        return (100 * (s.rates[c] || 0)).toFixed(1) + "%";
+      }));
+    });
+    var t = table(head, data, head.map(function (h) { return h !== "source"; }));
+    t.classList.add("step-table");
+    add(panel, add(el("details"), el("summary", null, steps.length + " steps as numbers"), t));
+    return panel;
   }
 
   function distinct(col) {
@@ -417,6 +477,7 @@
     add(box, kv([
       ["reward", body.reward_status === "scored" ? body.reward : fmt(body.reward) + " (a placeholder: the episode was not scored)"],
       ["status", body.reward_status],
+      ["error cause", body.reward_status === "verifier_error" ? body.reward_error_cause : undefined],
       ["format ok", body.format_ok],
       ["gate", body.gate],
       ["termination", body.termination],
@@ -479,7 +540,8 @@
         document.createTextNode(body.suspect.join(", ") + " — a high score with an anomalous answer or no working cell; read it before trusting the reward")));
     }
     if (body.error || body.reward_status !== "scored") {
-      var err = add(el("div", "error-box"), el("b", null, body.reward_status !== "scored" ? "not scored: " + body.reward_status : "error"));
+      var err = add(el("div", "error-box"), el("b", null, body.reward_status !== "scored" ? "not scored: " + body.reward_status +
+        (body.reward_error_cause ? " (" + body.reward_error_cause + ")" : "") : "error"));
       if (body.error) add(err, el("pre", "episode-error", body.error));
       add(box, err);
     }
