@@ -2,9 +2,12 @@
 
 Each function is registered under its v1 name and under DeepAnalyze's name, so upstream
 datasets that list ``llm_as_judgement_*`` in ``reward_spec["function"]`` run unchanged. The
-``judge`` context field is the episode's :class:`rewards.judge.JudgeSession`; every failure
-(unreachable judge, unparsable reply, replay miss) raises, which the reward plan turns into
-``verifier_error`` — a judge outage must never look like a bad answer.
+``judge`` context field is the episode's :class:`rewards.judge.JudgeSession`; a failure outside
+the policy (unreachable judge, unparsable reply, replay miss, a task too long for the judge)
+raises, which the reward plan turns into ``verifier_error`` — a judge outage must never look
+like a bad answer. A failure the episode's own text or output caused (a prompt that does not fit
+because of it, a reply whose verdicts conflict over one the policy wrote) scores the rubric 0
+with the reason as a note: excluding it would let a policy hide a bad episode from training.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Iterable
 
 from deepanalyze_env.core.contracts import JsonValue
 from rewards.judge.client import Verdict
-from rewards.judge.errors import JudgePromptTooLong
+from rewards.judge.errors import JudgeError
 from rewards.judge.parse import DIMENSIONS
 from rewards.judge.session import JudgeSession
 from rewards.judge.transcript import Transcript, episode_transcript
@@ -52,12 +55,13 @@ async def _ask(
     policy_fields: tuple[str, ...],
     zero: Verdict,
 ) -> Verdict | Noted:
-    """The judge's verdict, or ``zero`` with the reason when the episode's own text makes the
-    prompt too long to send (the policy's failure, scored — never ``verifier_error``, which
-    training masks: a policy could otherwise hide a bad episode by rambling)."""
+    """The judge's verdict, or ``zero`` with the reason when the failure is the policy's own
+    (``JudgeError.policy_caused``: its text makes the prompt too long for the judge, or the
+    judge's reply conflicts over a verdict the policy wrote) — scored, never ``verifier_error``,
+    which training masks: a policy could otherwise hide a bad episode by rambling or quoting."""
     try:
         return await session.evaluate(rubric, fields, policy_fields=policy_fields)
-    except JudgePromptTooLong as exc:
+    except JudgeError as exc:
         if not exc.policy_caused:
             raise
         return Noted(zero, str(exc))

@@ -106,12 +106,20 @@ class JudgeConfig:
     """Sampling temperature of the judge."""
     max_tokens: int = 1024
     """Longest judge reply."""
-    max_prompt_chars: int = 64000
-    """Longest rendered judge prompt (about 16k tokens). An episode whose own text (its turns, its
-    answer) makes the prompt longer is not sent: the component scores 0 with the reason in
-    ``reward_notes`` — a judge that refused an over-long prompt would make it ``verifier_error``,
-    which training masks, so a policy could hide a bad episode by rambling. Raise it for a judge
-    with a longer context."""
+    max_prompt_tokens: int = 30000
+    """Longest judge prompt in tokens (counted by ``tokenizer`` when set, else estimated at one
+    token per UTF-8 byte, an upper bound), chat template included: the judge's context length
+    minus ``max_tokens``. The default fits a 32k-token judge. A longer prompt has the middles of
+    its environment outputs elided (docs/design.md §7, "Judge budget"); one that still does not
+    fit is not sent — scored 0 with a note when the episode's own text is the cause, else
+    ``verifier_error`` (cause ``context_length``)."""
+    tokenizer: str | None = None
+    """The judge's tokenizer, to count ``max_prompt_tokens`` exactly: a local folder, a ``.gguf``
+    file or a model id already in the Hugging Face cache (never downloaded). The ``transformers``
+    backend uses its model folder's by default."""
+    max_prompt_chars: int | None = None
+    """Replaced by ``max_prompt_tokens`` (a judge's limit is in tokens, and dense text costs a
+    token per character or more); setting it is a ``ConfigError`` saying so."""
     prompt_dir: str | None = None
     """A folder of rubric files replacing the shipped ones (``rewards/prompts/``)."""
     cache_path: str | None = None
@@ -146,8 +154,13 @@ class JudgeConfig:
             raise ConfigError("env_config.judge.temperature must be >= 0")
         if self.max_tokens < 1:
             raise ConfigError("env_config.judge.max_tokens must be >= 1")
-        if self.max_prompt_chars < 1:
-            raise ConfigError("env_config.judge.max_prompt_chars must be >= 1")
+        if self.max_prompt_chars is not None:
+            raise ConfigError(
+                "env_config.judge.max_prompt_chars was replaced by max_prompt_tokens (the judge's "
+                "limit is in tokens): set that to the judge's context length minus max_tokens"
+            )
+        if self.max_prompt_tokens < 1:
+            raise ConfigError("env_config.judge.max_prompt_tokens must be >= 1")
         if self.cache_journal not in CACHE_JOURNALS:
             raise ConfigError(
                 f"env_config.judge.cache_journal must be one of {', '.join(CACHE_JOURNALS)}, "

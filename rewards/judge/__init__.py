@@ -14,10 +14,12 @@ from rewards.judge.errors import (
     JudgeCacheMiss,
     JudgeCallError,
     JudgeConfigError,
+    JudgeContextRefused,
     JudgeError,
     JudgeParseError,
     JudgePromptTooLong,
     JudgeReplyCut,
+    JudgeVerdictFromPolicy,
 )
 from rewards.judge.parse import DIMENSIONS, parse_dimensions, parse_score
 from rewards.judge.prompts import RUBRICS, prompt_hash, render, validate_prompts
@@ -33,12 +35,14 @@ __all__ = [
     "JudgeCallError",
     "JudgeClient",
     "JudgeConfigError",
+    "JudgeContextRefused",
     "JudgeError",
     "JudgeParseError",
     "JudgePromptTooLong",
     "JudgeReplyCut",
     "JudgeSession",
     "JudgeSettings",
+    "JudgeVerdictFromPolicy",
     "cache_key",
     "get_judge_client",
     "parse_dimensions",

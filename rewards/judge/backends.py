@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,14 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from deepanalyze_env.core.contracts import JsonValue
-from rewards.judge.errors import JudgeCacheMiss, JudgeCallError, JudgeConfigError, key_from_env, redact
+from rewards.judge.errors import (
+    JudgeCacheMiss,
+    JudgeCallError,
+    JudgeConfigError,
+    JudgeContextRefused,
+    key_from_env,
+    redact,
+)
 from rewards.judge.settings import JudgeSettings
 
 if TYPE_CHECKING:
@@ -28,6 +36,41 @@ log = logging.getLogger(__name__)
 
 # Keyless local servers (vLLM, SGLang) still need *some* key for the client to send.
 PLACEHOLDER_KEY = "EMPTY"
+
+# How OpenAI-compatible servers say a prompt does not fit the model (HTTP 400): OpenAI and vLLM
+# ("This model's maximum context length is 32768 tokens. However, you requested 40000 tokens
+# (38976 in the messages, 1024 in the completion)" / "your messages resulted in N tokens" /
+# "your request has N input tokens"), OpenAI's code "context_length_exceeded", SGLang and
+# vLLM's engine ("… is longer than the model's context length (N tokens)", "… is too long to
+# fit into the model (context length N)").
+_CONTEXT_REFUSAL = re.compile(
+    r"maximum context length|context[ _]length[ _]exceeded|longer than the model'?s context length"
+    r"|too long to fit into the model|exceeds the model'?s (?:maximum )?context",
+    re.IGNORECASE,
+)
+_CONTEXT_LIMIT = re.compile(
+    r"(?:maximum context length is|context length(?: is)?)\s*\(?\s*(\d[\d,]*)\s*(?:tokens)?", re.IGNORECASE
+)
+_PROMPT_TOKENS = re.compile(
+    r"\((\d[\d,]*) in the messages|messages resulted in (\d[\d,]*) tokens"
+    r"|request has (\d[\d,]*) input tokens|\((\d[\d,]*) tokens\) is longer",
+    re.IGNORECASE,
+)
+
+
+def _number(text: str | None) -> int | None:
+    return int(text.replace(",", "")) if text else None
+
+
+def context_refusal_of(status: int, message: str) -> tuple[int | None, int | None] | None:
+    """``(limit, prompt_tokens)`` as the server stated them (None where it did not) when an HTTP
+    error is a context-length refusal, else None."""
+    if status not in (400, 413) or not _CONTEXT_REFUSAL.search(message):
+        return None
+    limit = _CONTEXT_LIMIT.search(message)
+    prompt = _PROMPT_TOKENS.search(message)
+    given = next((g for g in prompt.groups() if g), None) if prompt else None
+    return _number(limit.group(1) if limit else None), _number(given)
 
 
 @dataclass(frozen=True)
@@ -55,6 +98,11 @@ class Backend:
     def secrets(self) -> tuple[str, ...]:
         """Strings that must be scrubbed from anything this backend's errors produce."""
         return ()
+
+    def context_refusal(self, exc: BaseException) -> JudgeContextRefused | None:
+        """``exc`` as a :class:`JudgeContextRefused` when it is the server refusing the prompt as
+        longer than the model's context, else None."""
+        return None
 
     async def aclose(self) -> None:
         return None
@@ -175,6 +223,26 @@ class OpenAIBackend(Backend):
     def secrets(self) -> tuple[str, ...]:
         key = key_from_env(self.settings.api_key_env)
         return (key,) if key else ()
+
+    def context_refusal(self, exc: BaseException) -> JudgeContextRefused | None:
+        import openai
+
+        if not isinstance(exc, openai.APIStatusError):
+            return None
+        body = exc.body
+        inner = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), dict) else body
+        parts = [str(exc)]
+        if isinstance(inner, dict):
+            parts += [str(inner.get("message") or ""), str(inner.get("code") or "")]
+        refusal = context_refusal_of(exc.status_code, " ".join(parts))
+        if refusal is None:
+            return None
+        described = describe_openai_error(exc, self.settings, self.secrets()) or f"HTTP {exc.status_code}"
+        return JudgeContextRefused(
+            f"{self.settings.label}: the prompt does not fit the judge's context ({described})",
+            limit=refusal[0],
+            prompt_tokens=refusal[1],
+        )
 
     async def aclose(self) -> None:
         if self._client is not None:

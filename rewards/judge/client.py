@@ -35,6 +35,7 @@ from rewards.aio import background_loop, run_sync
 from rewards.judge.backends import Backend, Generation, describe_openai_error, make_backend
 from rewards.judge.cache import JudgeCache, cache_key
 from rewards.judge.errors import JudgeCallError, JudgeError, JudgeParseError, JudgeReplyCut, redact
+from rewards.judge.parse import FromPolicy
 from rewards.judge.settings import JudgeIdentity, JudgeSettings
 
 if TYPE_CHECKING:
@@ -43,7 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Verdict = float | dict[str, float]  # a rubric's score, or its dimensions' scores
-Check = Callable[[str], Verdict]  # a reply's verdict, or JudgeParseError when it holds none
+# A reply's verdict (FromPolicy: conflicting verdicts over one the policy wrote), or
+# JudgeParseError when it holds none.
+Check = Callable[[str], Verdict | FromPolicy]
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class Completion:
     latency_ms: float
     attempts: int  # 0 for a cache hit
     key: str  # cache key (sha256 hex)
-    verdict: Verdict | None = None  # what ``check`` returned for it (None without a check)
+    verdict: Verdict | FromPolicy | None = None  # what ``check`` returned (None without a check)
     cut: bool = False  # stopped at the token limit (only without a check: with one, a cut is refused)
     rejected: list[str] = field(default_factory=list)  # why each earlier reply of this call was refused
 
@@ -160,7 +163,9 @@ class JudgeClient:
             state.next_action.sleep if state.next_action else 0.0,
         )
 
-    def _accept(self, generation: Generation, check: Check | None, attempts: int) -> Verdict | None:
+    def _accept(
+        self, generation: Generation, check: Check | None, attempts: int
+    ) -> Verdict | FromPolicy | None:
         """The verdict of a fresh reply, or :class:`JudgeParseError` (retried) when it holds none."""
         if check is None:
             return None
@@ -225,6 +230,9 @@ class JudgeClient:
         except JudgeError:
             raise
         except Exception as exc:
+            refused = self.backend.context_refusal(exc)
+            if refused is not None:  # the session refits the prompt or decides whose failure it is
+                raise refused from None
             # ``from None``: the chained original may quote a server body that echoes the key.
             raise JudgeCallError(
                 f"{s.label}: {self._cause(exc)} (after {attempts} attempt{'s' if attempts != 1 else ''})",
@@ -286,6 +294,10 @@ def get_judge_client(config: JudgeConfig | JudgeSettings | Mapping[str, object])
     it at env construction makes a bad judge config fail before the first rollout.
     """
     settings = config if isinstance(config, JudgeSettings) else JudgeSettings.from_config(config)
+    if settings.tokenizer:  # a tokenizer that cannot load fails here, not at the first score
+        from rewards.judge.budget import counter_for
+
+        counter_for(settings)
     key = (os.getpid(), settings)
     with _clients_lock:
         client = _clients.get(key)

@@ -21,7 +21,17 @@ _TOKEN_PATTERNS = (
 
 
 class JudgeError(RuntimeError):
-    """Base class: the judge could not produce a score for this episode."""
+    """Base class: the judge could not produce a score for this episode.
+
+    ``verifier_cause`` names the ``verifier_error`` cause the reward plan counts it under
+    (``judge_call``, ``judge_parse``, ``context_length``; docs/design.md §6, "Why a reward was
+    not computed"). ``policy_caused``: the episode's own text or output made the verdict
+    unusable, so the component scores 0 with the message as its note instead
+    (``rewards.judges``) — never ``verifier_error``, which training masks.
+    """
+
+    verifier_cause = "judge_call"
+    policy_caused = False
 
 
 class JudgeConfigError(ConfigError):
@@ -44,6 +54,8 @@ class JudgeCacheMiss(JudgeError):
 class JudgeParseError(JudgeError):
     """The judge replied, but the reply holds no valid verdict. ``raw`` keeps the whole reply;
     ``attempts`` counts the calls made for it (0: the reply came from the cache)."""
+
+    verifier_cause = "judge_parse"
 
     def __init__(self, message: str, raw: str, *, attempts: int = 1):
         super().__init__(message)
@@ -76,12 +88,36 @@ def key_from_env(var: str | None) -> str | None:
     return value or None
 
 
+class JudgeContextRefused(JudgeCallError):
+    """The server refused the prompt as longer than the model's context (HTTP 400 "maximum context
+    length …"). ``limit`` and ``prompt_tokens`` are the server's own figures when its message
+    states them (vLLM and OpenAI do), else None. Not retried as is: the session fits the prompt
+    to the stated limit and asks once more, then decides whose failure it is."""
+
+    verifier_cause = "context_length"
+
+    def __init__(self, message: str, *, limit: int | None = None, prompt_tokens: int | None = None):
+        super().__init__(message, attempts=1, retryable=False)
+        self.limit = limit
+        self.prompt_tokens = prompt_tokens
+
+
 class JudgePromptTooLong(JudgeError):
-    """The rendered prompt is longer than ``judge.max_prompt_chars``. ``policy_caused``: the
-    prompt fits once the policy-written fields are emptied, so the episode's own length is the
-    cause (the component scores 0 with a note); otherwise the task's own fields are too long
-    for the configured cap (a verifier problem)."""
+    """The judge prompt does not fit the judge (``judge.max_prompt_tokens``, or the context a server
+    refused it for), even with long environment outputs elided. ``policy_caused``: it fits once
+    the policy-written fields are emptied, so the episode's own text is the cause (the component
+    scores 0 with a note); otherwise the task's own fields are too long for the judge (a verifier
+    problem, cause ``context_length``)."""
+
+    verifier_cause = "context_length"
 
     def __init__(self, message: str, *, policy_caused: bool):
         super().__init__(message)
         self.policy_caused = policy_caused
+
+
+class JudgeVerdictFromPolicy(JudgeError):
+    """The reply's verdicts conflict and one side of the conflict is a verdict the policy wrote
+    (a judge quoting the candidate's ``SCORE: 5``): the component scores 0 with this note."""
+
+    policy_caused = True

@@ -2,7 +2,9 @@
 
 It implements only ``POST /v1/chat/completions`` (plus ``GET /stats``) and answers from a
 script: a reply text chosen by a substring of the prompt, with optional delay, HTTP status
-or raw garbage body. It counts calls and the largest number of requests in flight, so tests
+or raw garbage body. With ``context_tokens`` set it refuses a prompt that does not fit that
+context (counted by ``token_count``, plus ``max_tokens``) with the HTTP 400 vLLM sends.
+It counts calls and the largest number of requests in flight, so tests
 can check retries and the concurrency cap against the real ``openai`` client over real HTTP.
 Needs ``aiohttp`` (the ``dev`` extra). Run standalone with
 ``python -m rewards.judge.fake_server --delay 0.2`` (prints ``READY <base_url>``).
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_TEXT = "Weaknesses:\n- none found\nThe work is adequate.\nSCORE: 4"
+TEMPLATE_TOKENS = 12  # what the "chat template" adds to a prompt under ``context_tokens``
 
 
 @dataclass
@@ -53,13 +56,23 @@ class _Rule:
 class FakeJudgeServer:
     """Runs an aiohttp app on its own event-loop thread; ``url`` is the ``base_url`` to use."""
 
-    def __init__(self, default: Reply | Callable[[str], Reply] | None = None, *, host: str = "127.0.0.1"):
+    def __init__(
+        self,
+        default: Reply | Callable[[str], Reply] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        context_tokens: int | None = None,
+        token_count: Callable[[str], int] = len,
+    ):
         self.default = default if default is not None else Reply()
         self.host = host
+        self.context_tokens = context_tokens  # the model's context; None: any prompt fits
+        self.token_count = token_count  # how the "model" counts a prompt (default: per character)
         self.port: int | None = None
         self.rules: list[_Rule] = []
         self.requests: list[JsonObject] = []  # the request bodies, as sent
         self.calls = 0
+        self.refused = 0  # requests refused as longer than ``context_tokens``
         self.in_flight = 0
         self.max_in_flight = 0
         self._ids = itertools.count(1)
@@ -81,7 +94,7 @@ class FakeJudgeServer:
         with self._lock:
             self.rules.clear()
             self.requests.clear()
-            self.calls = self.max_in_flight = 0
+            self.calls = self.max_in_flight = self.refused = 0
 
     def _choose(self, prompt: str) -> Reply:
         with self._lock:
@@ -89,6 +102,21 @@ class FakeJudgeServer:
                 if rule.match is None or rule.match in prompt:
                     return rule.replies.popleft() if len(rule.replies) > 1 else rule.replies[0]
         return self.default(prompt) if callable(self.default) else self.default
+
+    def _context_refusal(self, prompt: str, max_tokens: object) -> JsonObject | None:
+        """vLLM's error body for a request longer than the model's context, or None when it fits."""
+        if self.context_tokens is None:
+            return None
+        completion = max_tokens if isinstance(max_tokens, int) else 0
+        prompt_tokens = self.token_count(prompt) + TEMPLATE_TOKENS
+        if prompt_tokens + completion <= self.context_tokens:
+            return None
+        message = (
+            f"This model's maximum context length is {self.context_tokens} tokens. However, you "
+            f"requested {prompt_tokens + completion} tokens ({prompt_tokens} in the messages, "
+            f"{completion} in the completion). Please reduce the length of the messages or completion."
+        )
+        return {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
 
     # ------------------------------------------------------------------ HTTP
 
@@ -113,6 +141,10 @@ class FakeJudgeServer:
                         "authorization": request.headers.get("Authorization"),
                     }
                 )
+                refusal = self._context_refusal(prompt, body.get("max_tokens"))
+                if refusal is not None:
+                    self.refused += 1
+                    return web.json_response(refusal, status=400)
                 reply = self._choose(prompt)
                 if reply.delay_s:
                     await asyncio.sleep(reply.delay_s)

@@ -1,28 +1,39 @@
-"""Reading a verdict out of a judge's reply, strictly: anything doubtful is a parse failure.
+"""Reading a verdict out of a judge's reply, strictly: anything doubtful is a parse failure of the
+judge — except what the policy's own text caused, which scores 0.
 
 The rubrics ask for the verdict in one place — a final line ``SCORE: N``, or a final JSON object
-of five dimensions — and only that place is read. Judges quote the candidate, and a candidate may
-have written ``SCORE: 5`` (or a score object) to game the judge, so:
+of five dimensions — and only that place is read, in the reply as folded by
+:func:`deepanalyze_env.core.fold.fold` (so ``ＳＣＯＲＥ：５`` or ``SC\u200bORE: 5`` is the verdict line
+it folds to). Judges quote the candidate, and a candidate may have written ``SCORE: 5`` (or a
+score object) to game the judge, so:
 
 - the verdict is the reply's **last non-empty line** (``SCORE: N``, markdown emphasis, a heading
   mark, ``Final`` and a ``/5`` allowed) or the JSON object that **ends** the reply (a closing
   fence after it allowed); anything after it — a quoted ``SCORE: 5`` included — leaves no verdict;
-- a verdict of the same form standing on its own line elsewhere that disagrees with the final one
-  makes the reply ambiguous: a judge that gave its verdict and then quoted the candidate's (or
-  changed its mind) is not read at all. Mentions inside a sentence do not count;
-- a number out of range, a final line with two ``SCORE:``, a JSON object missing a dimension
-  raise :class:`JudgeParseError` carrying the raw reply — never a guessed number.
+- verdicts of the same form standing on their own lines elsewhere that disagree with the final
+  one make a **conflict**. When a value on either side is one the policy wrote (a ``SCORE: N``
+  or a score object anywhere in its folded text), the judge was quoting the episode: the reply
+  reads as :class:`FromPolicy`, which the session scores 0 with a note. Otherwise the **lower**
+  value counts (per dimension for score objects). A conflict is never an exclusion: a policy
+  could choose that. Mentions inside a sentence do not count;
+- a number out of range, a final line with two ``SCORE:``, a JSON object missing a dimension, a
+  reply with no verdict raise :class:`JudgeParseError` carrying the raw reply — never a guessed
+  number. A reply whose only verdict equals one the policy wrote is read as the judge's: no
+  parser can tell agreement from quotation, and calling it none would let the policy's text
+  exclude its own episode.
 
-``which="first"`` keeps upstream's rule (the first ``SCORE:`` anywhere) for the ``upstream``
-profile (docs/design.md §8). A reply cut by the token limit never reaches these functions as a
-verdict: the client rejects it first (``rewards.judge.client``).
+``which="first"`` keeps upstream's rule (the first ``SCORE:`` anywhere, in the raw reply) for
+the ``upstream`` profile (docs/design.md §8). A reply cut by the token limit never reaches these
+functions as a verdict: the client rejects it first (``rewards.judge.client``).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
+from deepanalyze_env.core.fold import fold
 from rewards.judge.errors import JudgeParseError
 
 DIMENSIONS = ("usefulness", "richness", "soundness", "interpretability", "readability")
@@ -42,6 +53,42 @@ _VERDICT_LINE = re.compile(
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _CLOSING_FENCE = re.compile(r"\n?[ \t]*```[ \t]*\Z")
 _MAX_OPENINGS = 64
+_FLAT_OBJECT = re.compile(r"\{[^{}]*\}")
+
+
+@dataclass(frozen=True)
+class FromPolicy:
+    """A reply whose verdicts conflict, one side being a verdict the policy wrote: the judge quoted
+    the episode, so no verdict of its own can be told apart. The rubric scores 0 with ``reason``."""
+
+    reason: str
+
+
+def policy_scores(policy_text: str) -> set[float]:
+    """Every ``SCORE: N`` value the policy wrote anywhere in its (folded) text."""
+    folded = fold(policy_text)
+    values = set()
+    for match in _SCORE.finditer(folded):
+        number = _NUMBER.match(folded, match.end())
+        if number is not None:
+            values.add(float(number.group(1)))
+    return values
+
+
+def policy_score_objects(policy_text: str) -> list[dict[str, object]]:
+    """Every flat JSON object naming all five dimensions that the policy wrote (keys lowered)."""
+    found = []
+    for match in _FLAT_OBJECT.finditer(fold(policy_text)):
+        blob = match.group()
+        if not all(d in blob.lower() for d in DIMENSIONS):
+            continue
+        try:
+            data = _load_lenient(blob)
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if isinstance(data, dict):
+            found.append({str(k).strip().lower(): v for k, v in data.items()})
+    return found
 
 
 def _snippet(reply: str, limit: int = 80) -> str:
@@ -68,15 +115,19 @@ def _in_range(text: str, low: float, high: float, reply: str) -> float:
     return value
 
 
-def parse_score(reply: str, low: float, high: float, *, which: str = "last") -> float:
-    """The verdict of a ``SCORE: N`` reply: its final line (``which="last"``, v1) or the first
-    ``SCORE:`` anywhere (``which="first"``, upstream)."""
+def parse_score(
+    reply: str, low: float, high: float, *, which: str = "last", policy_text: str = ""
+) -> float | FromPolicy:
+    """The verdict of a ``SCORE: N`` reply: its final line (``which="last"``, v1; conflicts as the
+    module docstring says, ``policy_text`` being what the policy wrote) or the first ``SCORE:``
+    anywhere (``which="first"``, upstream)."""
     if which not in ("last", "first"):
         raise ValueError(f"which must be 'last' or 'first', got {which!r}")
     if which == "first":
         return _first_score(reply, low, high)
-    lines = [(number, line.strip()) for number, line in enumerate(reply.splitlines(), 1) if line.strip()]
-    if not lines or _SCORE.search(reply) is None:
+    folded = fold(reply)
+    lines = [(number, line.strip()) for number, line in enumerate(folded.splitlines(), 1) if line.strip()]
+    if not lines or _SCORE.search(folded) is None:
         raise JudgeParseError(f"no 'SCORE:' line in the reply ({_snippet(reply)!r})", reply)
     final_number, final = lines[-1]
     if len(_SCORE.findall(final)) > 1:
@@ -89,15 +140,21 @@ def parse_score(reply: str, low: float, high: float, *, which: str = "last") -> 
             reply,
         )
     value = float(verdict.group("number"))
+    others = {}  # value → where it first stands
     for number, line in lines[:-1]:
         other = _VERDICT_LINE.fullmatch(line)
         if other is not None and float(other.group("number")) != value:
-            raise JudgeParseError(
-                f"conflicting verdicts: {_snippet(line)!r} on line {number} and {_snippet(final)!r} "
-                f"on the final line {final_number}",
-                reply,
-            )
-    return _in_range(verdict.group("number"), low, high, reply)
+            others.setdefault(float(other.group("number")), (number, line))
+    if not others:
+        return _in_range(verdict.group("number"), low, high, reply)
+    quoted = sorted(({value} | set(others)) & policy_scores(policy_text))
+    if quoted:
+        return FromPolicy(
+            f"the judge's reply holds conflicting verdicts and SCORE: {quoted[0]:g} is one the "
+            f"episode wrote itself (final line {final_number}: {_snippet(final)!r}): scored 0"
+        )
+    lowest = min(value, *others)
+    return _in_range(f"{lowest:g}", low, high, reply)
 
 
 def _load_lenient(blob: str) -> object:
@@ -144,9 +201,13 @@ def _standalone_objects(reply: str, before: int) -> list[tuple[int, dict]]:
     return found
 
 
-def parse_dimensions(reply: str, low: float = 1.0, high: float = 5.0) -> dict[str, float]:
-    """The five dimension scores from the JSON object that ends the reply (bare or fenced)."""
-    body = _CLOSING_FENCE.sub("", reply.rstrip()).rstrip()
+def parse_dimensions(
+    reply: str, low: float = 1.0, high: float = 5.0, *, policy_text: str = ""
+) -> dict[str, float] | FromPolicy:
+    """The five dimension scores from the JSON object that ends the (folded) reply, bare or
+    fenced; conflicting score objects standing on their own lines as the module docstring says."""
+    folded = fold(reply)
+    body = _CLOSING_FENCE.sub("", folded.rstrip()).rstrip()
     if "{" not in body:
         raise JudgeParseError(f"no JSON object in the reply ({_snippet(reply)!r})", reply)
     if not body.endswith("}"):
@@ -171,18 +232,27 @@ def parse_dimensions(reply: str, low: float = 1.0, high: float = 5.0) -> dict[st
     if start < 0:
         msg = error.msg if error is not None else "unbalanced braces"
         raise JudgeParseError(f"the JSON object at the end of the reply is not valid JSON ({msg})", reply)
-    scores = _dimension_scores(data, low, high, reply)
-    for offset, other in _standalone_objects(reply, start):
+    final = {str(k).strip().lower(): v for k, v in data.items()} if isinstance(data, dict) else None
+    conflicting: list[tuple[int, dict[str, object]]] = []
+    for offset, other in _standalone_objects(folded, start):
         lowered = {str(k).strip().lower(): v for k, v in other.items()}
-        if not all(d in lowered for d in DIMENSIONS):
-            continue
-        try:
-            theirs = _dimension_scores(other, float("-inf"), float("inf"), reply)
-        except JudgeParseError:
-            theirs = None
-        if theirs != scores:
-            line = reply.count("\n", 0, offset) + 1
-            raise JudgeParseError(
-                f"conflicting verdicts: a score object on line {line} differs from the final one", reply
+        if all(d in lowered for d in DIMENSIONS) and lowered != final:
+            conflicting.append((offset, lowered))
+    if conflicting:
+        written = policy_score_objects(policy_text)
+        quoted = [o for o, obj in [(-1, final), *conflicting] if obj is not None and obj in written]
+        if quoted:
+            line = folded.count("\n", 0, quoted[0]) + 1
+            where = "the final one" if quoted[0] < 0 else f"the one on line {line}"
+            return FromPolicy(
+                f"the judge's reply holds conflicting score objects and {where} is one the episode "
+                "wrote itself: scored 0"
             )
+    scores = _dimension_scores(data, low, high, reply)
+    for _, other in conflicting:
+        try:  # a conflicting object that is no valid verdict is not one: it cannot lower anything
+            theirs = _dimension_scores(other, low, high, reply)
+        except JudgeParseError:
+            continue
+        scores = {dim: min(scores[dim], theirs[dim]) for dim in DIMENSIONS}
     return scores

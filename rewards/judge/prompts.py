@@ -176,14 +176,35 @@ def escape_observation_tags(text: str) -> str:
     return _rewrite(text, folded, found) if found else text
 
 
-def render_transcript(transcript: Transcript, nonce: str) -> str:
-    """The parts of ``transcript``, each under a marker line naming its author (ids as in sections)."""
+def elision_marker(characters: int, nonce: str) -> str:
+    """The line that stands where the middle of an environment output was cut to fit the judge's
+    budget: fenced like the section markers, so no output or turn can forge or hide one."""
+    return f"<<<{characters:,} CHARACTERS OF THIS OUTPUT ELIDED {nonce}>>>"
+
+
+def _elided(text: str, kept: int, nonce: str) -> str:
+    """``text`` with its middle cut to ``kept`` characters (head and tail halves) and the marker
+    between them; each half escaped on its own, so no marker-like run forms across the cut."""
+    head = text[: kept // 2]
+    tail = text[len(text) - (kept - kept // 2) :] if kept > kept // 2 else ""
+    marker = elision_marker(len(text) - len(head) - len(tail), nonce)
+    return f"{neutralise(head)}\n{marker}\n{neutralise(tail)}"
+
+
+def render_transcript(transcript: Transcript, nonce: str, keep: Mapping[int, int] | None = None) -> str:
+    """The parts of ``transcript``, each under a marker line naming its author (ids as in sections).
+
+    ``keep``: index of an environment part → the characters of it shown (its middle elided;
+    ``rewards.judge.budget`` decides, docs/design.md §7 "Judge budget")."""
     if not transcript.parts:
         return "(the analyst took no turns)"
+    keep = keep or {}
     lines, counts = [], {"analyst": 0, "recorded": 0}
-    for part in transcript.parts:
+    for index, part in enumerate(transcript.parts):
         body = neutralise(part.text)
         if part.author == "environment":
+            if index in keep and keep[index] < len(part.text):
+                body = _elided(part.text, keep[index], nonce)
             header = f"<<<ENVIRONMENT OUTPUT {nonce}>>>"
         else:
             counts[part.author] += 1
@@ -202,9 +223,16 @@ def section_nonce(rubric: str, fields: Mapping[str, str]) -> str:
 
 
 def render(
-    name: str, fields: Mapping[str, str | Transcript], prompt_dir: str | Path | None = None
+    name: str,
+    fields: Mapping[str, str | Transcript],
+    prompt_dir: str | Path | None = None,
+    *,
+    keep: Mapping[int, int] | None = None,
 ) -> RenderedPrompt:
-    """Fill the rubric's template; every field must be given (as text, or as a :class:`Transcript`)."""
+    """Fill the rubric's template; every field must be given (as text, or as a :class:`Transcript`).
+
+    ``keep`` elides environment outputs of the transcript field (:func:`render_transcript`); the
+    section id is the full fields' either way."""
     rubric = get_rubric(name)
     missing = [f for f in rubric.fields if f not in fields]
     if missing:
@@ -224,7 +252,7 @@ def render(
             label = part.upper()
             value = values[part]
             if isinstance(value, Transcript):
-                body = render_transcript(value, nonce)
+                body = render_transcript(value, nonce, keep)
             else:
                 body = neutralise(value).strip("\n")
             out.append(f"<<<BEGIN {label} {nonce}>>>\n{body}\n<<<END {label} {nonce}>>>")

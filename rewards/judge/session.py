@@ -16,10 +16,17 @@ from collections.abc import Callable
 from typing import TypedDict
 
 from deepanalyze_env.core.contracts import JudgeSummary
+from rewards.judge.budget import Fitted, TokenCounter, counter_for, fit, prompt_tokens
 from rewards.judge.cache import cache_key
-from rewards.judge.client import JudgeClient, Verdict
-from rewards.judge.errors import JudgeError, JudgeParseError, JudgePromptTooLong
-from rewards.judge.parse import parse_dimensions, parse_score
+from rewards.judge.client import Completion, JudgeClient, Verdict
+from rewards.judge.errors import (
+    JudgeContextRefused,
+    JudgeError,
+    JudgeParseError,
+    JudgePromptTooLong,
+    JudgeVerdictFromPolicy,
+)
+from rewards.judge.parse import FromPolicy, parse_dimensions, parse_score
 from rewards.judge.prompts import get_rubric, render
 from rewards.judge.transcript import Transcript
 
@@ -43,6 +50,8 @@ class JudgeCall(TypedDict):
     attempts: int
     rejected: list[str]  # why each earlier reply of the call was refused
     error: str | None
+    prompt_tokens: int | None  # what the prompt sent costs (judge.max_prompt_tokens counts it)
+    elided_chars: int  # characters cut from the middles of environment outputs to fit
 
 
 class JudgeSession:
@@ -59,11 +68,13 @@ class JudgeSession:
     def model(self) -> str:
         return self.client.settings.model
 
-    def _check(self, rubric: str) -> Callable[[str], Verdict]:
+    def _check(self, rubric: str, policy_text: str) -> Callable[[str], Verdict | FromPolicy]:
         spec = get_rubric(rubric)
         if spec.kind == "dimensions":
-            return lambda text: parse_dimensions(text, spec.low, spec.high)
-        return lambda text: parse_score(text, spec.low, spec.high, which=self.score_rule)
+            return lambda text: parse_dimensions(text, spec.low, spec.high, policy_text=policy_text)
+        return lambda text: parse_score(
+            text, spec.low, spec.high, which=self.score_rule, policy_text=policy_text
+        )
 
     async def evaluate(
         self,
@@ -75,28 +86,28 @@ class JudgeSession:
     ) -> float | dict[str, float]:
         """Score ``fields`` with ``rubric``: a number (``SCORE`` rubrics) or a dimension dict.
 
-        Raises a :class:`JudgeError` subclass (call failure, cache miss, a reply without a verdict
-        or cut by the token limit after every retry; :class:`JudgePromptTooLong` before any call
-        when the rendered prompt passes ``max_prompt_chars``, saying whether emptying the
-        ``policy_fields`` would have made it fit) after recording the call; the message names
-        the judge, rubric and cause. ``sample`` numbers repeated draws of one prompt (useful at
-        temperature > 0): it separates their cache entries and nothing else.
+        ``policy_fields`` name the fields the episode wrote (its transcript, its answer). The
+        prompt is fitted to ``judge.max_prompt_tokens`` (``rewards.judge.budget``: environment
+        outputs elided in the middle); a server that still refuses it as too long for its
+        context gets it once more, fitted to the context its refusal states. Raises a
+        :class:`JudgeError` subclass after recording the call: a call failure, a cache miss, a
+        reply without a verdict or cut by the token limit after every retry;
+        :class:`JudgePromptTooLong` when the prompt cannot be made to fit, saying whether
+        emptying the ``policy_fields`` would have made it fit (``policy_caused``: the episode's
+        own text is the cause); :class:`JudgeVerdictFromPolicy` when the reply's verdicts
+        conflict over one the episode wrote. The last two are the policy's failures, which the
+        judge functions score 0 with the message as a note. ``sample`` numbers repeated draws of
+        one prompt (useful at temperature > 0): it separates their cache entries and nothing else.
         """
         settings = self.client.settings
-        prompt = render(rubric, fields, settings.prompt_dir)
-        limit = settings.max_prompt_chars
-        if len(prompt.text) > limit:
-            emptied = render(rubric, {**fields, **dict.fromkeys(policy_fields, "")}, settings.prompt_dir)
-            policy_caused = len(emptied.text) <= limit
-            whose = "the episode's own text" if policy_caused else "the task's fields"
-            raise JudgePromptTooLong(
-                f"rubric {rubric}: the judge prompt is {len(prompt.text):,} characters, over "
-                f"judge.max_prompt_chars {limit:,} ({whose} made it so); not sent",
-                policy_caused=policy_caused,
-            )
+        counter = counter_for(settings)
+        budget = settings.max_prompt_tokens
+        fitted = fit(rubric, fields, settings.prompt_dir, counter, budget)
+        if not fitted.fits:
+            raise self._too_long(rubric, fields, policy_fields, counter, budget, fitted, None)
         record = JudgeCall(
             rubric=rubric,
-            prompt_hash=prompt.prompt_hash,
+            prompt_hash=fitted.prompt.prompt_hash,
             backend=settings.backend,
             model=settings.model,
             sample=sample,
@@ -109,14 +120,38 @@ class JudgeSession:
             attempts=0,
             rejected=[],
             error=None,
+            prompt_tokens=fitted.tokens,
+            elided_chars=fitted.elided,
         )
         self.calls.append(record)
+        check = self._check(rubric, _policy_text(fields, policy_fields))
         try:
-            completion = await self.client.complete(prompt.text, sample=sample, check=self._check(rubric))
+            try:
+                completion = await self.client.complete(fitted.prompt.text, sample=sample, check=check)
+            except JudgeContextRefused as refused:
+                budget = _refit_budget(refused, fitted, settings.max_tokens)
+                record["attempts"] = 1
+                fitted = fit(rubric, fields, settings.prompt_dir, counter, budget)
+                if not fitted.fits:
+                    raise self._too_long(
+                        rubric, fields, policy_fields, counter, budget, fitted, str(refused)
+                    ) from None
+                record.update(prompt_tokens=fitted.tokens, elided_chars=fitted.elided)
+                log.info(
+                    "%s, rubric %s: refitted to %d tokens after: %s", settings.label, rubric, budget, refused
+                )
+                try:
+                    completion = await self.client.complete(fitted.prompt.text, sample=sample, check=check)
+                except JudgeContextRefused as again:
+                    raise self._too_long(
+                        rubric, fields, policy_fields, counter, budget, fitted, str(again)
+                    ) from None
         except JudgeParseError as exc:
             kind = type(exc).__name__
             record.update(reply=exc.raw, attempts=exc.attempts, rejected=list(exc.rejected))
-            key = cache_key(settings.model, prompt.text, settings.temperature, settings.max_tokens, sample)
+            key = cache_key(
+                settings.model, fitted.prompt.text, settings.temperature, settings.max_tokens, sample
+            )
             record.update(key=key, cached=exc.attempts == 0)
             if exc.latency_ms is not None:
                 record["latency_ms"] = round(exc.latency_ms, 3)
@@ -132,16 +167,51 @@ class JudgeSession:
             if attempts is not None:
                 record["attempts"] = attempts
             raise
+        self._record(record, completion)
+        if isinstance(completion.verdict, FromPolicy):
+            error = JudgeVerdictFromPolicy(f"rubric {rubric}: {completion.verdict.reason}")
+            record["error"] = f"{type(error).__name__}: {error}"
+            raise error
+        return completion.verdict
+
+    @staticmethod
+    def _record(record: JudgeCall, completion: Completion) -> None:
         record.update(
             key=completion.key,
             reply=completion.text,
             latency_ms=round(completion.latency_ms, 3),
             cached=completion.cached,
-            attempts=completion.attempts,
+            attempts=record["attempts"] + completion.attempts,
             rejected=list(completion.rejected),
-            score=completion.verdict,
+            score=None if isinstance(completion.verdict, FromPolicy) else completion.verdict,
         )
-        return completion.verdict
+
+    def _too_long(
+        self,
+        rubric: str,
+        fields: dict[str, str | Transcript],
+        policy_fields: tuple[str, ...],
+        counter: TokenCounter,
+        budget: int,
+        fitted: Fitted,
+        refusal: str | None,
+    ) -> JudgePromptTooLong:
+        """Whose failure a prompt that cannot fit is: the policy's when it fits with the
+        ``policy_fields`` emptied (the episode's own text is the cause), else the task's."""
+        settings = self.client.settings
+        emptied = render(rubric, {**fields, **dict.fromkeys(policy_fields, "")}, settings.prompt_dir)
+        policy_caused = bool(policy_fields) and prompt_tokens(emptied.text, counter) <= budget
+        whose = "the episode's own text" if policy_caused else "the task's fields"
+        limit = (
+            f"judge.max_prompt_tokens {budget:,}" if refusal is None else f"the {budget:,} the judge allows"
+        )
+        message = (
+            f"rubric {rubric}: the judge prompt is {fitted.tokens:,} tokens ({counter.name}) with "
+            f"environment outputs elided, over {limit} ({whose} made it so); not sent"
+        )
+        if refusal is not None:
+            message += f" again after: {refusal}"
+        return JudgePromptTooLong(message, policy_caused=policy_caused)
 
     def prompt_hashes(self) -> dict[str, str]:
         return {call["rubric"]: call["prompt_hash"] for call in self.calls}
@@ -153,3 +223,29 @@ class JudgeSession:
             "prompt_hashes": self.prompt_hashes(),
             "calls": [dict(call) for call in self.calls],
         }
+
+
+def _policy_text(fields: dict[str, str | Transcript], policy_fields: tuple[str, ...]) -> str:
+    """Everything the episode put in front of the judge: the policy-written fields, a transcript's
+    every part (its turns and what its cells printed)."""
+    texts = []
+    for name in policy_fields:
+        value = fields.get(name, "")
+        if isinstance(value, Transcript):
+            texts += [part.text for part in value.parts]
+        else:
+            texts.append(str(value))
+    return "\n".join(texts)
+
+
+def _refit_budget(refused: JudgeContextRefused, fitted: Fitted, max_tokens: int) -> int:
+    """A budget, in this session's counting, for a prompt the server refused as too long: the
+    context it states less the reply's ``max_tokens``, scaled by how many of its tokens one of
+    ours turned out to be (2 % slack), and below what was sent; a quarter less than what was sent
+    when it states no context."""
+    sent = max(fitted.tokens, 1)
+    if refused.limit is None:
+        return sent * 3 // 4
+    ratio = refused.prompt_tokens / sent if refused.prompt_tokens else 1.0
+    allowed = int((refused.limit - max_tokens) / max(ratio, 1e-9) * 0.98)
+    return max(1, min(allowed, sent - 1))
