@@ -6,7 +6,13 @@ normalised text, and numbers by :func:`numbers_equal` on what each side *states*
 (:func:`read_number`):
 
 - a number is read as the exact decimal it writes (``3.140`` states 3.14, ``1e3`` states 1000,
-  ``1,234`` states 1234, ``12%`` states 12); written with more than 15 significant digits —
+  ``1,234`` states 1234, ``12%`` states 12). A comma is only a thousands separator, and only
+  between groups of three digits after a lead that does not start with zero: ``12,5`` and
+  ``1,2345`` are not numbers, and ``0,042`` — 0.042 with a decimal comma, or no number at all,
+  never 42 — is *ambiguous*: it states nothing, so it matches no numeric truth (and a truth
+  written so is a malformed task). Reading it as the decimal would give one comma two meanings
+  decided by the digit before it, a rule an optimiser can probe; failing closed costs a
+  decimal-comma answer its point, with a note that says why; written with more than 15 significant digits —
   past what a float carries, as a float computation prints it (``0.30000000000000004``) — it
   states that decimal rounded to 15 significant digits, unless it is a plain integer (digits
   only: integer arithmetic prints no representation noise, so every digit counts);
@@ -36,6 +42,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+import unicodedata
 from dataclasses import dataclass
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_EVEN, Context, Decimal, localcontext
 from typing import Literal
@@ -87,11 +94,12 @@ class Number:
 @dataclass(frozen=True)
 class Unreadable:
     """A value that is not a readable number, and ``why`` (for a note): ``text`` (not a number at
-    all), ``non_finite`` (``inf``, ``nan``: a word float() takes) or ``out_of_range`` (a number no
-    float holds: ``1e99999999``, ``1e-400``)."""
+    all), ``non_finite`` (``inf``, ``nan``: a word float() takes), ``out_of_range`` (a number no
+    float holds: ``1e99999999``, ``1e-400``) or ``ambiguous`` (``0,042``: a decimal comma, or
+    thousands groups after a lead that starts with zero)."""
 
     why: str
-    kind: Literal["text", "non_finite", "out_of_range"]
+    kind: Literal["text", "non_finite", "out_of_range", "ambiguous"]
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,9 @@ def read_number(value: object) -> Number | Unreadable:
                 if _NON_FINITE.fullmatch(text):
                     return Unreadable(f"{shown(value)} is not a finite number", "non_finite")
                 return Unreadable(f"{shown(value)} is not a number", "text")
+            if "," in text and unicodedata.decimal(text.lstrip("+-")[0]) == 0:
+                why = f"{shown(value)} is ambiguous (a decimal comma, or thousands groups after a zero)"
+                return Unreadable(why, "ambiguous")
             plain = _PLAIN_INTEGER.fullmatch(text) is not None
             text = text.replace(",", "")
         with localcontext(EXACT):
@@ -187,10 +198,10 @@ def compare(answer: object, truth: object, tolerance: float | None = None) -> Ve
     one (:func:`numbers_equal`; anything else is a miss with its reason as the note); any other
     truth is compared as normalised text (a truth that says ``inf`` or ``nan`` is a word here).
     Raises ValueError only for a truth that is a number no float holds (``float('nan')``,
-    ``1e400``): the task is malformed, not the answer."""
+    ``1e400``) or an ambiguous one (``0,042``): the task is malformed, not the answer."""
     g = read_number(truth)
     if isinstance(g, Unreadable):
-        if g.kind == "out_of_range" or (g.kind == "non_finite" and not isinstance(truth, str)):
+        if g.kind in ("out_of_range", "ambiguous") or (g.kind == "non_finite" and not isinstance(truth, str)):
             raise ValueError(f"ground truth {g.why}")
         return Verdict(normalise_text(answer) == normalise_text(truth))
     a = read_number(answer)

@@ -10,8 +10,9 @@ parser, values as ``fractions.Fraction``, rounding on digit strings. What a numb
 
 - the exact decimal it writes, after the wrappers (whitespace, quotes, backticks, ``*``, ``$``),
   trailing periods and a trailing ``%`` are peeled; a sign (``+``, ``-``, U+2212), Unicode
-  decimal digits, commas only as thousands groups of the integer part, an optional fraction and
-  exponent; nothing else;
+  decimal digits, commas only as thousands groups of the integer part (a lead of 1-3 digits that
+  does not start with a zero, then groups of three: ``0,042`` is no number), an optional fraction
+  and exponent; nothing else;
 - more than 15 significant digits and not a plain integer: that decimal rounded half-even to 15
   significant digits;
 - nothing at all when no float holds it (``inf``, ``nan``, above the largest float, nonzero
@@ -113,6 +114,8 @@ def parse(text: str) -> tuple[int, str, int, bool] | None:
     j = _digit_run(s, i)
     int_digits = s[i:j]
     if j < len(s) and s[j] == "," and 1 <= len(int_digits) <= 3:
+        if unicodedata.decimal(int_digits[0]) == 0:
+            return None  # "0,042": a decimal comma, or groups after a zero; never 42
         while j < len(s) and s[j] == ",":
             k = _digit_run(s, j + 1)
             if k - (j + 1) != 3:
@@ -400,7 +403,7 @@ def _fixed(d: Dec, extra_zeros: int) -> str | None:
 
 def _group(text: str) -> str:
     head, dot, tail = text.partition(".")
-    if len(head) <= 3:
+    if len(head) <= 3 or head[0] == "0":  # "0,000" (a zero with an exponent) is no number: ambiguous
         return text
     first = len(head) % 3 or 3
     groups = [head[:first]] + [head[i : i + 3] for i in range(first, len(head), 3)]

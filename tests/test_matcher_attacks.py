@@ -219,3 +219,61 @@ def test_an_answer_read_at_15_digits_still_matches_a_truth_printed_no_finer():
 def test_zero_with_an_exponent_past_any_decimal_context_is_zero():
     assert answer_match("0.0E100000000000000000001", 0, {}) == 1.0
     assert qa_accuracy("0e-100000000000000000001", "0.0") == 1.0
+
+
+# ---------------------------------------- issue 52: a decimal comma read through the thousands grammar
+# A comma is a thousands separator only between groups of three after a lead that does not start
+# with zero. "0,042" means 0.042 where the comma is decimal and nothing at all where it is not; it
+# was read as 42. It now states no number (design.md §7, "Numeric match").
+AMBIGUOUS = [
+    "0,042",
+    "-0,042",
+    "+0,042",
+    "00,042",
+    "012,345",
+    "0,000",
+    "0,042%",
+    "`0,042`",
+    "0,042e3",
+    "٠,٠٤٢",
+]
+
+
+@pytest.mark.parametrize("answer", AMBIGUOUS)
+@pytest.mark.parametrize("truth", [42, "42", 0.042, "0.042", 12345, 0, "-42"], ids=repr)
+def test_a_comma_after_a_zero_lead_matches_neither_reading(answer, truth):
+    for result in (answer_match(answer, truth, {}), qa_accuracy(answer, truth)):
+        assert value(result) == 0.0 and "ambiguous" in note(result)
+    assert value(answer_match(answer, truth, {"tolerance": 1e300})) == 0.0  # no value to be near
+
+
+@pytest.mark.parametrize(
+    ("answer", "truth"),
+    [
+        ("1,234", 1234),
+        ("-1,234", -1234),
+        ("12,345,678.5", 12345678.5),
+        ("١,٢٣٤", 1234),  # Arabic-Indic digits, a non-zero lead
+        ("100,000", "100000"),
+        ("1,234%", "1234"),
+    ],
+)
+def test_thousands_groups_after_a_non_zero_lead_still_read_as_thousands(answer, truth):
+    assert answer_match(answer, truth, {}) == 1.0
+
+
+@pytest.mark.parametrize("answer", ["1,234", "12,345"])
+def test_a_thousands_group_is_never_read_as_a_decimal_comma(answer):
+    # the other reading of "1,234" (1.234) is not the answer's value
+    assert value(answer_match(answer, float(answer.replace(",", ".")), {})) == 0.0
+
+
+def test_a_decimal_comma_answer_is_scored_zero_not_a_verifier_error():
+    outcome = score({"method": "verified", "ground_truth": "42", "function": ["answer_match"]}, "0,042")
+    assert outcome.status == "scored" and outcome.components["answer_match"] == 0.0
+    assert "ambiguous" in outcome.details["notes"]["answer_match"]
+
+
+def test_an_ambiguous_truth_is_a_malformed_task_the_verifier_error():
+    outcome = score({"method": "verified", "ground_truth": "0,042", "function": ["answer_match"]}, "0.042")
+    assert outcome.status == "verifier_error" and "ground truth" in outcome.error
