@@ -13,6 +13,7 @@ import skyrl_gym
 import deepanalyze_env
 from deepanalyze_env.core.config import ConfigError
 from rewards import register_reward
+from rewards.judge.fake_server import FakeJudgeServer, Reply
 from tests.conftest import code, qa_extras, wait_gone
 
 ANSWER_B = "<Analyze>done</Analyze>\n<Answer>\nStore B has the most.\nAnswer: B\n</Answer>"
@@ -312,6 +313,48 @@ def test_the_record_carries_the_verifier_error_cause(workspace_root, tmp_path):
     [path] = list((tmp_path / "records").glob("episodes-*.jsonl"))
     record = json.loads(path.read_text().splitlines()[0])
     assert (record["reward_status"], record["reward_error_cause"]) == ("verifier_error", "judge_parse")
+
+
+@pytest.mark.parametrize(
+    ("reply", "cause"),
+    [
+        (Reply(text="I would rather not give a score."), "judge_parse"),
+        (Reply(status=503, text=None, raw_body="overloaded"), "judge_call"),
+    ],
+    ids=["unreadable-verdict", "judge-down"],
+)
+def test_a_real_judges_failure_is_excluded_under_its_cause(workspace_root, reply, cause):
+    """A judge on a real HTTP server that answers without a verdict, or with a 5xx: the judge's own
+    exception classes name the cause (``rewards/judge/errors.py``)."""
+    with FakeJudgeServer(reply) as judge:
+        e = make(
+            workspace_root,
+            qa_extras(reward_spec={"method": "qa", "ground_truth": "B"}),
+            judge={"backend": "openai", "base_url": judge.url, "model": "j", "max_retries": 0},
+        )
+        try:
+            e.init(PROMPT)
+            meta = e.step(ANSWER_B)["metadata"]
+        finally:
+            e.close()
+    assert (meta["reward_status"], meta["reward_error_cause"]) == ("verifier_error", cause)
+
+
+def test_a_task_too_long_for_the_judge_is_excluded_as_context_length(workspace_root):
+    """The task's own question does not fit the judge's prompt budget: not the policy's doing, so
+    the episode is excluded, under its cause."""
+    with FakeJudgeServer(Reply(text="SCORE: 3")) as judge:
+        e = make(
+            workspace_root,
+            qa_extras(reward_spec={"method": "qa", "ground_truth": "B"}, input_seq="Which store? " * 2000),
+            judge={"base_url": judge.url, "model": "j", "max_retries": 0, "max_prompt_tokens": 2000},
+        )
+        try:
+            e.init(PROMPT)
+            meta = e.step(ANSWER_B)["metadata"]
+        finally:
+            e.close()
+    assert (meta["reward_status"], meta["reward_error_cause"]) == ("verifier_error", "context_length")
 
 
 def test_records_are_appended_on_close(workspace_root, tmp_path):
