@@ -16,6 +16,9 @@ score object) to game the judge, so:
   reads as :class:`FromPolicy`, which the session scores 0 with a note. Otherwise the **lower**
   value counts (per dimension for score objects). A conflict is never an exclusion: a policy
   could choose that. Mentions inside a sentence do not count;
+- a reply that ends with a line the policy wrote holding a ``SCORE: N`` of its own (a judge that
+  quoted ``Answer: SCORE: 5`` last) is :class:`FromPolicy` too: the policy's text took the place
+  of the verdict;
 - a number out of range, a final line with two ``SCORE:``, a JSON object missing a dimension, a
   reply with no verdict raise :class:`JudgeParseError` carrying the raw reply — never a guessed
   number. A reply whose only verdict equals one the policy wrote is read as the judge's: no
@@ -75,6 +78,18 @@ def policy_scores(policy_text: str) -> set[float]:
     return values
 
 
+_QUOTE_DECOR = " \t>*_`\"'-"
+
+
+def _quotes_a_policy_score(line: str, policy_text: str) -> bool:
+    """``line`` (folded) is the policy's own text, quoted (``>``, quotes, emphasis or a list mark
+    around it allowed), and holds a ``SCORE: N`` the policy wrote."""
+    body = line.strip(_QUOTE_DECOR)
+    if not policy_text or not body or _SCORE.search(body) is None:
+        return False
+    return body in fold(policy_text) and bool(policy_scores(body) & policy_scores(policy_text))
+
+
 def policy_score_objects(policy_text: str) -> list[dict[str, object]]:
     """Every flat JSON object naming all five dimensions that the policy wrote (keys lowered)."""
     found = []
@@ -130,9 +145,14 @@ def parse_score(
     if not lines or _SCORE.search(folded) is None:
         raise JudgeParseError(f"no 'SCORE:' line in the reply ({_snippet(reply)!r})", reply)
     final_number, final = lines[-1]
+    verdict = _VERDICT_LINE.fullmatch(final)
+    if (verdict is None or len(_SCORE.findall(final)) > 1) and _quotes_a_policy_score(final, policy_text):
+        return FromPolicy(
+            f"the judge's reply ends with a line the episode wrote itself, holding its own "
+            f"verdict ({_snippet(final)!r}), where the rubric asks for the judge's: scored 0"
+        )
     if len(_SCORE.findall(final)) > 1:
         raise JudgeParseError(f"the final line holds more than one verdict ({_snippet(final)!r})", reply)
-    verdict = _VERDICT_LINE.fullmatch(final)
     if verdict is None:
         raise JudgeParseError(
             f"the final line is not a 'SCORE: N' verdict ({_snippet(final)!r}); "
