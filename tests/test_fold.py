@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deepanalyze_env.core.fold import fold, original_range, spans
+from deepanalyze_env.core.fold import Folded, fold, original_range, spans
 from deepanalyze_env.core.make_fold_table import confusables, ignorable_ranges
 
 # Hand-listed: (policy-written text, how it must read). Each line names the trick.
@@ -178,3 +178,33 @@ def test_generator_merges_default_ignorable_ranges():
         "2065          ; Default_Ignorable_Code_Point # Cn       <reserved-2065>\n"
     )
     assert ignorable_ranges(derived) == [(0x00AD, 0x00AD), (0x200B, 0x200F), (0x2060, 0x2065)]
+
+
+# --- Folded: cutting the text as typed where the fold's marks stand ------------------------------
+
+
+def test_an_ascii_text_is_its_own_reading():
+    reading = Folded.of("<Answer>B</Answer>")
+    assert reading.starts is None and reading.raw_slice(8, 9) == "B"
+
+
+def test_a_slice_between_look_alike_tags_is_the_text_as_typed():
+    text = "\uff1cAnswer\uff1e\uff22\uff1c/Answer\uff1e"  # all fullwidth: the fold is <Answer>B</Answer>
+    assert Folded.of(text).raw_slice(8, 9) == "\uff22"
+
+
+def test_a_cut_after_a_folded_position_keeps_a_tags_invisible_characters():
+    text = "<Code>x</Co\u200bde>rest"
+    reading = Folded.of(text)
+    assert reading.folded == "<Code>x</Code>rest"
+    assert text[: reading.raw_index(len("<Code>x</Code>"), after=True)] == "<Code>x</Co\u200bde>"
+
+
+@given(_ANY_TEXT, st.data())
+def test_a_slice_of_the_fold_maps_to_raw_text_that_folds_back_to_it(text, data):
+    reading = Folded.of(text)
+    starts = spans(text)
+    # slice at the fold positions where raw characters begin: it must fold to exactly that piece
+    i = data.draw(st.integers(0, len(text)))
+    j = data.draw(st.integers(i, len(text)))
+    assert fold(reading.raw_slice(starts[i], starts[j])) == reading.folded[starts[i] : starts[j]]

@@ -118,3 +118,48 @@ def test_upstream_keeps_its_rule_tags_anywhere_in_the_history(workspace_root):
     assert (meta["termination"], meta["format_ok"], meta["gate"]) == ("answer", True, None)
     assert meta["reward_components"] == {"qa_acc_reward": 1.0, "qa_analysisc_reward": 0.6}
     assert out["reward"] == pytest.approx(0.8)
+
+
+# ---- one reading (docs/design.md §6, "One reading of policy text"): the env reads the fold ----
+
+LOOK_ALIKE_HIDDEN_ANALYZE = {
+    "cyrillic_code_block": f"<\u0421ode>\n# <Analyze>the plan</Analyze>\n{PRINT}\n</\u0421ode>",
+    "zero_width_code_block": f"<\u200bCode>\n# <Analyze>the plan</Analyze>\n{PRINT}\n<\u200b/Code>",
+    "fullwidth_fence_in_prose": (
+        f"\uff40\uff40\uff40text\n<Analyze>the plan</Analyze>\n\uff40\uff40\uff40\n<Code>\n{PRINT}\n</Code>"
+    ),
+    "angle_quoted_execute": (
+        f"\u2039Execute\u203a\n<Analyze>the plan</Analyze>\n\u2039/Execute\u203a\n<Code>\n{PRINT}\n</Code>"
+    ),
+}
+
+
+@pytest.mark.parametrize("turn", LOOK_ALIKE_HIDDEN_ANALYZE.values(), ids=LOOK_ALIKE_HIDDEN_ANALYZE.keys())
+def test_analyze_tags_hidden_by_look_alike_marks_do_not_pass_the_gate(workspace_root, turn):
+    out = play(make(workspace_root), turn, ANSWER_ONLY)
+    meta = out["metadata"]
+    assert meta["code_pass"] == [1]  # the look-alike <Code> block ran as a cell and printed B
+    assert (out["reward"], meta["gate"]) == (-1.0, "tags")
+    assert meta["reward_notes"]["format_gate"] == "missing <Analyze>, </Analyze>"
+
+
+def test_look_alike_protocol_tags_are_the_protocol(workspace_root):
+    """Every tag written with look-alikes (FULLWIDTH brackets, a Cyrillic А, a ZERO WIDTH SPACE):
+    the cell runs, the answer ends the episode, the gate passes — as a reader of the turn sees it."""
+    out = play(
+        make(workspace_root),
+        f"<\u0410nalyze>the plan</\u0410nalyze>\n\uff1cCode\uff1e\n```python\n{PRINT}\n```\n<\u200b/Code>",
+        "<Analyze>B</Analyze>\n\uff1cAnswer\uff1e\nAnswer: B\n\uff1c/Answer\uff1e",
+    )
+    meta = out["metadata"]
+    assert (out["reward"], meta["gate"], meta["termination"], meta["code_pass"]) == (1.0, None, "answer", [1])
+
+
+def test_a_look_alike_code_block_runs_the_code_as_typed(workspace_root):
+    env = make(workspace_root)
+    try:
+        out = env.step("<Analyze>a</Analyze>\n<Co\u00adde>\nprint('\u0412 \uff22')\n</Co\u00adde>")
+        assert out["metadata"]["exec"]["status"] == "ok"
+        assert "\u0412 \uff22" in out["observations"][0]["content"]  # printed exactly as typed
+    finally:
+        env.close()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from deepanalyze_env.core import protocol
+from deepanalyze_env.core.fold import fold
 
 
 def test_truncates_at_first_closing_code_tag():
@@ -245,3 +246,78 @@ def test_the_gate_passes_iff_the_tags_are_in_prose(case):
         assert protocol.has_answer(turn) == bool(turn_bodies)
     last = next((b[-1] for b in reversed(bodies) if b), None)
     assert protocol.extract_answer(turns) == protocol.answer_value(last)
+
+
+# ---- the protocol is read in the fold (core/fold.py); what it returns is the text as typed ----
+
+LOOK_ALIKE_CODE = "\uff1cCode\uff1e"  # FULLWIDTH LESS-THAN, FULLWIDTH GREATER-THAN
+LOOK_ALIKE_CODE_CLOSE = "<\u200b/Code>"  # ZERO WIDTH SPACE after the bracket
+
+
+def test_a_look_alike_closing_tag_cuts_the_turn_after_its_last_character():
+    action = "<Code>print(1)</\u0421ode> more"  # CYRILLIC CAPITAL ES
+    assert protocol.truncate_action(action) == "<Code>print(1)</\u0421ode>"
+
+
+def test_a_cut_after_a_look_alike_tag_keeps_every_character_of_the_tag():
+    action = "<Answer>B</Answer\u2060\u200b> more"  # WORD JOINER and ZERO WIDTH SPACE before '>'
+    assert protocol.truncate_action(action) == "<Answer>B</Answer\u2060\u200b>"
+
+
+def test_a_look_alike_code_block_yields_the_code_as_typed():
+    action = f"{LOOK_ALIKE_CODE}\nprint('\u041e\u0442\u0432\u0435\u0442')\n{LOOK_ALIKE_CODE_CLOSE}"
+    assert protocol.extract_code(action) == "print('\u041e\u0442\u0432\u0435\u0442')"
+
+
+def test_a_look_alike_fence_is_a_fence_and_the_code_inside_is_kept_as_typed():
+    block = (
+        "\n\uff40\uff40\uff40python\nx = '\uff21'\nprint(x)\n\uff40\uff40\uff40\n"  # FULLWIDTH GRAVE ACCENT
+    )
+    assert protocol.extract_code(f"<Code>{block}</Code>") == "x = '\uff21'\nprint(x)"
+    assert protocol.is_python_fenced(block)
+
+
+def test_a_look_alike_answer_is_an_answer_and_its_body_is_kept_as_typed():
+    turn = "<\u0410nswer>\nAnswer: \uff22\n</\u0410nswer>"  # CYRILLIC CAPITAL A; FULLWIDTH B
+    assert protocol.has_answer(turn)
+    assert protocol.extract_answer([turn]) == "\uff22"
+
+
+def test_a_look_alike_answer_marker_is_read_as_the_marker():
+    assert protocol.answer_value("some text \u0410nswer\uff1a 42") == "42"  # FULLWIDTH COLON
+
+
+def test_a_character_that_is_part_tag_stays_with_the_tag():
+    # « reads as <<: the first < is text, the second opens <Answer>; the body is B alone
+    assert protocol.extract_answer(["\u00abAnswer>B</Answer>"]) == "B"
+
+
+def test_tags_in_a_look_alike_code_block_are_not_prose():
+    turn = f"{LOOK_ALIKE_CODE}\n# <Analyze>x</Analyze>\n{LOOK_ALIKE_CODE_CLOSE}"
+    assert protocol.missing_gate_tags(turn) == ["<Analyze>", "</Analyze>", "<Answer>", "</Answer>"]
+
+
+def test_look_alike_gate_tags_in_prose_are_the_gate_tags():
+    turn = "<\u0410nalyze>x</Analyz\u0435>\n\uff1cAnswer\uff1eB<\u200b/Answer>"
+    assert protocol.missing_gate_tags(turn) == []
+
+
+def test_an_answer_in_a_look_alike_think_is_no_answer():
+    assert not protocol.has_answer("<th\u0456nk><Answer>B</Answer></th\u0456nk>")
+
+
+def test_the_rest_of_a_turn_after_a_look_alike_think_is_kept_as_typed():
+    turn = "\uff1cthink\uff1eplan\uff1c/think\uff1e<Answer>\u0412</Answer>"  # CYRILLIC CAPITAL VE
+    assert protocol.extract_answer([turn]) == "\u0412"
+
+
+@settings(max_examples=300)
+@given(st.text(st.characters(codec="utf-8"), max_size=40))
+def test_code_in_a_block_comes_back_exactly_as_typed(code):
+    assume("<" not in fold(code))  # no tag, real or look-alike, inside the code itself
+    extracted = protocol.extract_code_block(f"{LOOK_ALIKE_CODE}{code}{LOOK_ALIKE_CODE_CLOSE}")
+    assert extracted == code
+
+
+def test_invisible_characters_at_a_bodys_edges_stay_in_the_body():
+    assert protocol.extract_answer(["<Answer>\u200bB\u2060</Answer>"]) == "\u200bB\u2060"

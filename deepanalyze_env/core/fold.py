@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import unicodedata
+from dataclasses import dataclass
 
 from deepanalyze_env.core.fold_table import CONFUSABLES, IGNORABLE
 
@@ -88,3 +89,40 @@ def original_range(starts: list[int], begin: int, end: int) -> tuple[int, int]:
     first = bisect.bisect_right(starts, begin) - 1
     last = bisect.bisect_right(starts, end - 1) - 1
     return first, last + 1
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A policy text and its fold: tags are found in ``folded``, and what the policy wrote is cut
+    out of ``raw`` where they stand (the tag readers in ``core/protocol.py`` and
+    ``core/tool_calls.py``). ``starts`` (:func:`spans`) places every raw character in the fold;
+    None when the text is ASCII and the two are one."""
+
+    raw: str
+    folded: str
+    starts: list[int] | None
+
+    @classmethod
+    def of(cls, raw: str) -> Folded:
+        folded = fold(raw)
+        return cls(raw, folded, None if folded is raw else spans(raw))
+
+    def raw_index(self, at: int, *, after: bool = False) -> int:
+        """The raw index of folded position ``at``: the first raw character whose fold starts
+        there or later; ``after``: the index just past the character that holds ``at - 1``
+        (where a cut after a tag ending at ``at`` falls)."""
+        if self.starts is None:
+            return at
+        if after:
+            return bisect.bisect_right(self.starts, at - 1)
+        return bisect.bisect_left(self.starts, at)
+
+    def raw_slice(self, begin: int, end: int) -> str:
+        """The raw characters whose folds lie within ``folded[begin:end]``: a character that is
+        part tag (``«`` read as ``<<``) stays with the tag, and invisible characters at either
+        edge (they fold to nothing) stay with the text between the tags."""
+        if self.starts is None:
+            return self.raw[begin:end]
+        first = bisect.bisect_left(self.starts, begin)
+        last = bisect.bisect_right(self.starts, end) - 1
+        return self.raw[first : max(first, last)]

@@ -9,6 +9,12 @@ counts only in the policy's *prose*. A ``# <Analyze>…</Analyze>`` comment in a
 tag inside a fenced block, or one inside ``<Execute>`` text the policy quoted itself is
 something the policy wrote *about* the protocol, not a use of it, so it neither satisfies the
 format gate nor ends the episode with an answer.
+
+Every tag, fence and ``Answer:`` marker is looked for in the turn's *fold* (``core/fold.py``,
+docs/design.md §6 "One reading of policy text"): ``＜Answer＞``, ``<`` + ZERO WIDTH SPACE +
+``Code>`` or a Cyrillic ``С`` in ``<Сode>`` read as the tags they imitate, here as in the judge
+transcript and the reward-hacking watch. What is returned as the policy's (code to run, an
+answer body) is its text as typed, cut where the fold's tags stand (``fold.Folded``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+
+from deepanalyze_env.core.fold import Folded, fold
 
 CODE_CLOSE = "</Code>"
 ANSWER_OPEN = "<Answer>"
@@ -39,18 +47,27 @@ PYTHON_FENCE_LANGS = frozenset({"python", "py", "python3"})
 
 
 def truncate_action(action: str) -> str:
-    """Cut after the earliest ``</Code>`` or ``</Answer>`` — what stop sequences would do."""
+    """Cut after the earliest ``</Code>`` or ``</Answer>`` (read in the fold) — what stop
+    sequences would do."""
+    text = Folded.of(action)
     cut = -1
     for tag in STOP_TAGS:
-        pos = action.find(tag)
+        pos = text.folded.find(tag)
         if pos >= 0 and (cut < 0 or pos + len(tag) < cut):
             cut = pos + len(tag)
-    return action if cut < 0 else action[:cut]
+    return action if cut < 0 else action[: text.raw_index(cut, after=True)]
 
 
 def strip_think(text: str) -> str:
-    """Remove ``<think>…</think>`` spans (an unclosed one runs to the end)."""
-    return _THINK.sub("", text)
+    """Remove ``<think>…</think>`` spans, read in the fold (an unclosed one runs to the end)."""
+    folded = Folded.of(text)
+    if folded.starts is None:
+        return _THINK.sub("", text)
+    pieces, pos = [], 0
+    for m in _THINK.finditer(folded.folded):
+        pieces.append(text[pos : folded.raw_index(m.start())])
+        pos = folded.raw_index(m.end(), after=True)
+    return "".join([*pieces, text[pos:]])
 
 
 def blocks(text: str, open_tag: str, close_tag: str) -> Iterator[str]:
@@ -105,11 +122,15 @@ def read_turn(turn: str) -> TurnReading:
        to the first ``</Answer>``, which is also where truncation stops a turn). Fences and
        quotes are hidden; an answer's tags are prose and its body is the answer.
 
+    Every mark is found in the turn's fold (module docstring): ``prose`` is folded text, and
+    each answer is the policy's text as typed between its (folded) tags.
+
     Linear in the turn's length, whatever the policy wrote (a megabyte of openers included).
     """
-    text = strip_think(turn)
+    reading = Folded.of(strip_think(turn))
+    text = reading.folded
     prose: list[str] = []
-    answers: list[str] = []
+    answers: list[tuple[int, int]] = []
     pos = 0
     while pos <= len(text):
         start = text.find(CODE_OPEN, pos)
@@ -121,15 +142,16 @@ def read_turn(turn: str) -> TurnReading:
         if end < 0:
             break
         pos = end + len(CODE_CLOSE)
-    return TurnReading(tuple(prose), tuple(answers))
+    return TurnReading(tuple(prose), tuple(reading.raw_slice(b, e) for b, e in answers))
 
 
 # region opener -> its closing mark; an answer's body is kept, the others are hidden
 _REGIONS = {FENCE: FENCE, EXECUTE_OPEN: EXECUTE_CLOSE, ANSWER_OPEN: ANSWER_CLOSE}
 
 
-def _read_prose(text: str, pos: int, stop: int, prose: list[str], answers: list[str]) -> None:
-    """Step 3 of :func:`read_turn` over ``text[pos:stop]`` (text outside code blocks)."""
+def _read_prose(text: str, pos: int, stop: int, prose: list[str], answers: list[tuple[int, int]]) -> None:
+    """Step 3 of :func:`read_turn` over ``text[pos:stop]`` (folded text outside code blocks);
+    ``answers`` gets each answer body's span."""
     nxt = {opener: text.find(opener, pos, stop) for opener in _REGIONS}  # cached: linear overall
     while pos < stop:
         for opener, at in nxt.items():
@@ -147,7 +169,7 @@ def _read_prose(text: str, pos: int, stop: int, prose: list[str], answers: list[
             prose.append(ANSWER_OPEN)
             if close < 0:
                 return  # an answer never closed: its body is no answer, and hides what follows
-            answers.append(text[body:close])
+            answers.append((body, close))
             prose.append(ANSWER_CLOSE)
         elif close < 0:
             return
@@ -159,32 +181,48 @@ def has_answer(action: str) -> bool:
     return bool(read_turn(action).answers)
 
 
+def _code_blocks(text: str) -> Iterator[str]:
+    """The inner texts of ``text``'s ``<Code>…</Code>`` blocks as typed, found in its fold."""
+    reading = Folded.of(strip_think(text))
+    pos = 0
+    while (start := reading.folded.find(CODE_OPEN, pos)) >= 0:
+        body = start + len(CODE_OPEN)
+        end = reading.folded.find(CODE_CLOSE, body)
+        if end < 0:
+            return
+        yield reading.raw_slice(body, end)
+        pos = end + len(CODE_CLOSE)
+
+
 def extract_code_block(action: str) -> str | None:
-    """Inner text of the first ``<Code>…</Code>`` block, or None when there is none."""
-    return next(blocks(strip_think(action), CODE_OPEN, CODE_CLOSE), None)
+    """Inner text of the first ``<Code>…</Code>`` block (tags read in the fold, the text as
+    typed), or None when there is none."""
+    return next(_code_blocks(action), None)
 
 
 def extract_code(action: str) -> str | None:
-    """Python source of the turn: the fenced body if fenced (``python``/``py``/none), else raw.
+    """Python source of the turn, as typed: the fenced body if fenced (``python``/``py``/none;
+    the fence read in the fold), else the whole block.
 
     Returns None when the turn holds no ``<Code>`` block or the block is blank.
     """
     block = extract_code_block(action)
     if block is None:
         return None
-    fence = _FENCE.search(block)
-    code = fence.group(2) if fence else block
+    reading = Folded.of(block)
+    fence = _FENCE.search(reading.folded)
+    code = reading.raw_slice(fence.start(2), fence.end(2)) if fence else block
     code = code.strip("\n")
     return code if code.strip() else None
 
 
 def code_blocks(policy_text: str) -> list[str]:
-    return list(blocks(strip_think(policy_text), CODE_OPEN, CODE_CLOSE))
+    return list(_code_blocks(policy_text))
 
 
 def is_python_fenced(block: str) -> bool:
-    """True when the whole block is one fenced block tagged as Python."""
-    stripped = block.strip()
+    """True when the whole block (read in the fold) is one fenced block tagged as Python."""
+    stripped = fold(block).strip()
     fence = _FENCE.fullmatch(stripped)
     return fence is not None and fence.group(1).lower() in PYTHON_FENCE_LANGS
 
@@ -206,9 +244,10 @@ def answer_value(text: str | None) -> str | None:
     if text is None:
         return None
     text = text.strip()
-    marker = text.rfind("Answer:")
+    reading = Folded.of(text)
+    marker = reading.folded.rfind("Answer:")
     if marker >= 0:
-        text = text[marker + len("Answer:") :].strip()
+        text = text[reading.raw_index(marker + len("Answer:"), after=True) :].strip()
     return text
 
 

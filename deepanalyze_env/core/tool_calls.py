@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from deepanalyze_env.core.contracts import ChatMessage, ChatToolCall, EpisodeRecord, JsonObject, JsonValue
+from deepanalyze_env.core.fold import Folded
 
 RUN_PYTHON = "run_python"
 SUBMIT_ANSWER = "submit_answer"
@@ -76,9 +77,11 @@ class ParsedTurn:
 
 
 def truncate(action: str) -> str:
-    """Cut after the first ``</tool_call>`` — what the stop string would do."""
-    pos = action.find(CALL_CLOSE)
-    return action if pos < 0 else action[: pos + len(CALL_CLOSE)]
+    """Cut after the first ``</tool_call>`` (read in the fold, ``core/fold.py``) — what the stop
+    string would do."""
+    text = Folded.of(action)
+    pos = text.folded.find(CALL_CLOSE)
+    return action if pos < 0 else action[: text.raw_index(pos + len(CALL_CLOSE), after=True)]
 
 
 def check_call(name: JsonValue, arguments: JsonValue) -> ToolCall | tuple[ToolError, str]:
@@ -104,13 +107,15 @@ def check_call(name: JsonValue, arguments: JsonValue) -> ToolCall | tuple[ToolEr
 
 
 def parse_turn(action: str) -> ParsedTurn:
-    """Read one (already truncated) turn: its free text and its first call."""
-    start = action.find(CALL_OPEN)
+    """Read one (already truncated) turn: its free text and its first call. The call's tags are
+    found in the turn's fold (``core/fold.py``: ``＜tool_call＞`` is one), its JSON read as typed."""
+    reading = Folded.of(action)
+    start = reading.folded.find(CALL_OPEN)
     if start < 0:
         return ParsedTurn(action, None)
-    text = action[:start]
-    end = action.find(CALL_CLOSE, start)
-    body = action[start + len(CALL_OPEN) : end if end >= 0 else len(action)]
+    text = reading.raw_slice(0, start)
+    end = reading.folded.find(CALL_CLOSE, start)
+    body = reading.raw_slice(start + len(CALL_OPEN), end if end >= 0 else len(reading.folded))
     if end < 0:
         return ParsedTurn(text, None, "unparsable", f"{CALL_OPEN} without {CALL_CLOSE}")
     try:
