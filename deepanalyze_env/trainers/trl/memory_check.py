@@ -137,6 +137,7 @@ def run_check(
             "env_reward": [float(i % group) for i in range(n)],
             "reward_components": [{} for _ in range(n)],
             "reward_status": ["scored"] * n,
+            "reward_error_cause": [None] * n,
             "termination": ["answer"] * n,
         }
         watch.phase("update")
