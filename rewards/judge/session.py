@@ -28,7 +28,7 @@ from rewards.judge.errors import (
 )
 from rewards.judge.parse import FromPolicy, parse_dimensions, parse_score
 from rewards.judge.prompts import get_rubric, render
-from rewards.judge.transcript import Transcript
+from rewards.judge.transcript import Transcript, sendable_field
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,7 @@ class JudgeSession:
         one prompt (useful at temperature > 0): it separates their cache entries and nothing else.
         """
         settings = self.client.settings
+        fields = {name: sendable_field(value) for name, value in fields.items()}
         counter = counter_for(settings)
         budget = settings.max_prompt_tokens
         fitted = fit(rubric, fields, settings.prompt_dir, counter, budget)

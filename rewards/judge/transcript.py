@@ -26,6 +26,10 @@ from deepanalyze_env.core.contracts import JsonValue
 
 Author = Literal["analyst", "recorded", "environment"]
 
+# A lone UTF-16 surrogate: a JSON string in a policy's tool call can decode to one (``"\\ud800"``),
+# and no UTF-8 text — a prompt, a cache key — can carry it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 # How the env renders a tags-format observation (``core.protocol.render_observation``).
 _RENDERED_OBSERVATION = re.compile(r"\n<Execute>\n.*?\n</Execute>\n", re.DOTALL)
 
@@ -47,6 +51,19 @@ class Transcript:
     def canonical(self) -> str:
         """Authors and texts in one string: what the section id hashes, so the id covers every part."""
         return "".join(f"\x1e{part.author}\x1f{part.text}" for part in self.parts)
+
+
+def sendable(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD, so the judge can be sent it: left in,
+    it would fail the prompt's encoding, a failure the policy's own text chose."""
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
+
+
+def sendable_field(value: str | Transcript) -> str | Transcript:
+    """A rubric field (text or transcript) as :func:`sendable` text."""
+    if isinstance(value, Transcript):
+        return Transcript(tuple(Part(part.author, sendable(part.text)) for part in value.parts))
+    return sendable(str(value))
 
 
 def _text(content: JsonValue) -> str:
