@@ -247,3 +247,39 @@ def test_a_kernel_works_with_descriptors_past_1024(tmp_path: Path):
     finally:
         for fd in held:
             os.close(fd)
+
+
+def test_a_crashed_cell_keeps_its_worker_by_default(kernel: Kernel):
+    """The cell's own process died; the worker that judged it did not (no restart needed)."""
+    worker = kernel.pid
+    assert kernel.run("import os\nos._exit(0)").status == "crashed"  # exit 0 without a report
+    assert kernel.pid == worker and kernel.restarts == 0
+    assert kernel.run("print('after')").output == "after\n"
+
+
+def test_each_cell_runs_in_a_process_of_its_own(kernel: Kernel):
+    first = kernel.run("import os\nprint(os.getpid(), os.getppid())").output.split()
+    second = kernel.run("import os\nprint(os.getpid(), os.getppid())").output.split()
+    assert first[0] != second[0]  # a new process for each cell
+    assert first[1] == second[1]  # forked by the same worker
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        (b"ok\n", ("ok", None)),
+        (b"error ZeroDivisionError\n", ("error", "ZeroDivisionError")),
+        (b"ok\nerror X\n", ("ok", None)),  # the first line decides
+        (b"okay\n", ("crashed", None)),
+        (b"ok", ("crashed", None)),  # no end of line: the child died mid-report
+        (b"error two words\n", ("crashed", None)),
+        (b"error \xe2\x80\x8bX\n", ("crashed", None)),
+        (b"error " + b"E" * 200 + b"\n", ("crashed", None)),
+        (b"", ("crashed", None)),
+        (b'{"status": "ok"}\n', ("crashed", None)),
+    ],
+)
+def test_a_cells_report_of_itself_is_parsed_strictly(record: bytes, expected: tuple):
+    from tools.kernel_server import _parse_status
+
+    assert _parse_status(record) == expected

@@ -1,10 +1,16 @@
 """Env-side handle to one episode's kernel worker, and every verdict about its cells.
 
 A ``Kernel`` is one episode's live worker, forked by the fork server (``tools.fork_server``).
-The per-cell time limit is a wall-clock watchdog here, in the env: on expiry the worker's whole
-process group is killed and the next cell gets a freshly forked worker. A cell's status, time
-and leftovers are decided here, from the clock, the sockets and ``/proc``, never from what the
-worker says about itself.
+The per-cell time limit is a wall-clock watchdog here, in the env: on expiry the worker and
+every process of the episode are killed and the next cell gets a freshly forked worker.
+
+Who decides a cell's status (docs/design.md section 12). Default (stateless) cells: the worker
+never runs policy code; each cell runs in a child it forks, and the worker replies ``ok``,
+``error`` or ``crashed`` from what it observed of that child, after every process of the cell
+was ended. The env trusts that reply, and decides ``timeout`` and a dead worker itself, from
+the clock and the sockets. ``stateful_cells``: cells run inside the worker, so its reply is
+policy-writable; the env then also checks from ``/proc`` that the worker went back to waiting
+(``_worker_idle``) and treats a malformed reply as tampering.
 """
 
 from __future__ import annotations
@@ -35,8 +41,9 @@ EXIT_REPORT_WAIT_S = 3.0
 _warned_no_memory_cgroup = False
 MAX_REPLY_BYTES = 64 * 1024  # a cell's reply is a status line; anything bigger is forged
 DRAIN_LIMIT_S = 0.25  # bound on reading output a cell's leftovers keep writing
-# After a reply the worker must be back waiting for a request (Kernel._worker_idle) before it
-# spends this much CPU, sleeps this long elsewhere, or this much time passes.
+# Stateful cells: after a reply the worker must be back waiting for a request
+# (Kernel._worker_idle) before it spends this much CPU, sleeps this long elsewhere, or this
+# much time passes.
 IDLE_CPU_S = 0.05
 IDLE_SLEEP_S = 0.05
 IDLE_WALL_S = 5.0
@@ -144,10 +151,9 @@ class Kernel:
         self._pidfd: int = -1
         self.pid: int | None = None
         self.restarts = 0
-        self.recycled = 0
+        self.leftover_cells = 0  # stateless cells whose processes outlived them (the worker ended them)
         self.violations = 0
         self._seq = 0
-        self._threads_seen: int | None = None  # the worker's thread count, read after a reply
         self._proc_fds: tuple[int, int, int] | None = None  # (pid, its /proc stat and syscall)
         self._oom_kills = 0
         self._start()
@@ -286,7 +292,8 @@ class Kernel:
             return CellResult("crashed", self._restart_failed_message(), 0.0, False, "KernelDied")
 
     def _drain_stale(self) -> None:
-        """Drop output written between cells (background threads of an earlier cell)."""
+        """Drop output written between cells (stateful cells: background threads of an earlier
+        cell; a stateless cell's processes and its output pipe end with it)."""
         deadline = time.monotonic() + DRAIN_LIMIT_S
         with contextlib.suppress(BlockingIOError, OSError):
             while os.read(self._out, 1 << 16) and time.monotonic() < deadline:
@@ -334,8 +341,7 @@ class Kernel:
             if cause is not None:
                 self._kill()
                 raise KernelLost(f"the kernel worker died during the cell ({cause})")
-        self._threads_seen = None
-        if reply is not None and violation is None and not self._worker_idle():
+        if self.stateful and reply is not None and violation is None and not self._worker_idle():
             # The reply came, yet the worker is not back waiting for a request: a cell wrote
             # the reply itself and kept running. It does not outlive its turn.
             violation, status = "a reply while the cell kept running", "crashed"
@@ -346,21 +352,21 @@ class Kernel:
         error_type = reply.get("error_type") if reply else None
         if memory_hit:  # a process of the cell was stopped by its memory limit: its failure
             status, error_type = ("crashed" if status == "crashed" else "error"), "MemoryError"
-        if status not in ("ok", "error"):
+        # A stateless worker that replied "crashed" lost only the cell's own process: it stays.
+        replied_crashed = violation is None and reply is not None and reply.get("status") == "crashed"
+        restarted = status not in ("ok", "error") and not (status == "crashed" and replied_crashed)
+        if restarted:
             self._kill()
             self.restarts += 1
-        elif not self.stateful and (reply.get("leftovers") or self._leftovers()):
-            # Threads or processes outlive the cell: recycle the worker so they cannot run on
-            # into later cells (free without stateful cells: the next cell starts fresh anyway).
-            self._kill()
-            self.recycled += 1
+        if reply is not None and reply.get("leftovers"):
+            self.leftover_cells += 1  # stateless: already ended by the worker, before its reply
         text = output.text()
         if status == "timeout":
             text = _join(text, self._timeout_message())
         elif violation is not None:
             text = _join(text, self._violation_message(violation))
         elif memory_hit:
-            text = _join(text, self._memory_message(crashed=status == "crashed"))
+            text = _join(text, self._memory_message(crashed=status == "crashed", restarted=restarted))
         elif status == "crashed":
             text = _join(text, self._crash_message())
         return CellResult(
@@ -375,8 +381,9 @@ class Kernel:
         self, output: CappedOutput, deadline: float
     ) -> tuple[str, dict[str, Any] | None, str | None]:
         """Collect the cell's output until its reply, its deadline or the worker's end:
-        (status, reply, protocol violation). ``timeout`` and ``crashed`` are decided here, from
-        the clock and the socket, not from anything the worker sends."""
+        (status, reply, protocol violation). ``timeout`` and a worker's death (``crashed``) are
+        decided here, from the clock and the socket; a stateless worker's reply may say
+        ``crashed`` for its cell's own process."""
         watch = [self._ctrl, self._out]
         reply = None
         status = None
@@ -418,28 +425,6 @@ class Kernel:
                     status = reply["status"]
         return status, reply, violation
 
-    def _leftovers(self) -> bool:
-        """Counted from this side, whatever the worker replied: threads of the worker (its
-        /proc task list), its children (with a PID namespace every process of the episode
-        descends from the worker, orphans included) and processes in its pids cgroup."""
-        pid = self.pid
-        if pid is None:
-            return False
-        try:
-            threads = self._threads_seen
-            if threads is None:
-                threads = len(os.listdir(f"/proc/{pid}/task"))
-            if threads > 1:
-                return True
-            with open(f"/proc/{pid}/task/{pid}/children", "rb") as fh:
-                if fh.read(64).strip():
-                    return True
-        except OSError:
-            return False
-        if self.cgroup and not self.sandbox.get("pid_ns"):  # in a namespace: all are children
-            return any(p != pid and _running(p) for p in sandboxing.cgroup_pids(self.cgroup))
-        return False
-
     def _close_proc_fds(self) -> None:
         if self._proc_fds is not None:
             for fd in self._proc_fds[1:]:
@@ -448,7 +433,8 @@ class Kernel:
             self._proc_fds = None
 
     def _worker_idle(self) -> bool:
-        """After a reply the worker's main thread must go back to waiting for the next request
+        """Stateful cells only (a stateless worker never runs policy code): after a reply the
+        worker's main thread must go back to waiting for the next request
         (``/proc/<pid>/syscall``: read/recvfrom/recvmsg). It is judged by what it does, not by
         the clock, so a loaded host cannot fail an honest worker: it is not idle once it spent
         ``IDLE_CPU_S`` of CPU time since the reply (a cell computing on), or slept
@@ -479,7 +465,6 @@ class Kernel:
                 nr = os.pread(syscall_fd, 24, 0).split(b" ", 1)[0].strip().decode()
             except (OSError, IndexError):
                 return True  # gone: the next cell finds out
-            self._threads_seen = int(fields[17])  # num_threads, for _leftovers
             if nr in waits:
                 return True
             now = time.monotonic()
@@ -514,7 +499,8 @@ class Kernel:
             raise ProtocolViolation("a reply frame that is not JSON") from exc
         if not isinstance(reply, dict) or reply.get("seq") != self._seq:
             raise ProtocolViolation("a reply frame for another request")
-        if reply.get("status") not in ("ok", "error"):
+        # "crashed": a stateless worker saw its cell's process die without reporting the cell.
+        if reply.get("status") not in (("ok", "error") if self.stateful else ("ok", "error", "crashed")):
             raise ProtocolViolation("a reply frame with an unknown status")
         return reply
 
@@ -553,7 +539,7 @@ class Kernel:
             msg += " The kernel was restarted: variables from earlier cells are lost."
         return msg
 
-    def _memory_message(self, crashed: bool) -> str:
+    def _memory_message(self, crashed: bool, restarted: bool) -> str:
         if crashed and self.crash_template is not None:
             return self.crash_template
         what = "the process running it was stopped" if crashed else "one of its processes was stopped"
@@ -561,7 +547,7 @@ class Kernel:
             "[Error]:\nMemoryError: the cell exceeded the memory limit of "
             f"{self.memory_mb} MB (all its processes together, files it wrote included); {what}."
         )
-        if crashed:
+        if restarted:
             msg += " The kernel was restarted."
             if self.stateful:
                 msg += " Variables from earlier cells are lost."
@@ -591,15 +577,6 @@ class Kernel:
 
     def close(self) -> None:
         self._kill()
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an exited process waiting to be reaped still shows in its cgroup)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _warn_no_memory_cgroup(memory_mb: int | None) -> None:

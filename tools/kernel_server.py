@@ -17,7 +17,11 @@ Protocol. The server talks only to the process that started it, over an inherite
   attach, ``_episode_storage``), then hands it all to a worker forked in advance,
   which sends ``{"hello": true, "pid": ..., "sandbox": {...}}`` with a pidfd of itself on the
   episode's socket and then answers ``{"op": "cell", "seq": n, "code": ...}`` with
-  ``{"seq": n, "status": "ok"|"error", ...}`` after the cell's output went into the pipe.
+  ``{"seq": n, "status": "ok"|"error"|"crashed", "error_type", "leftovers"?}`` after the cell's
+  output went into the pipe. By default the worker runs each cell in a child forked in advance
+  and never runs policy code itself (``_serve_cell_processes``: the reply is its own
+  observation, sent once every process of the cell has ended); with ``stateful`` it runs cells
+  in its own process (``_serve_in_process``; never ``crashed``: a death is seen by the env).
   The sandbox settings are the server's own, fixed at its start; a request cannot change them.
 - the server reports each reaped worker as ``{"exit": pid, "status": waitstatus, "memory": {...}}``
   on the pair, ``memory`` being the final counters of its memory cgroup (``sandbox.memory_events``).
@@ -42,6 +46,7 @@ import io
 import json
 import linecache
 import os
+import re
 import resource
 import select
 import signal
@@ -49,12 +54,14 @@ import socket
 import struct
 import sys
 import threading
+import time
 import traceback
 
 _HEADER = struct.Struct(">I")
 SPARES = 2
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_DUMPABLE = 4
 KERNEL_DISTRIBUTIONS = (
     "pandas",
     "numpy",
@@ -294,23 +301,42 @@ def _worker_main(
         resource.setrlimit(resource.RLIMIT_CPU, (int(cpu_backstop), int(cpu_backstop) + 5))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     active = sandbox.apply(spec, own_cgroups, namespaces, prepared, storage)
+    # No process of the episode's uid may read or write this one's memory or descriptors
+    # (/proc/<pid>/mem, /proc/<pid>/fd): a worker as root without capabilities stays dumpable
+    # otherwise. Cells' processes inherit it.
+    _prctl(_PR_SET_DUMPABLE, 0)
     workspace = spec["workspace"]
     os.chdir(workspace)
     stateful = bool(spec.get("stateful"))
-    persistent: dict = {"__name__": "__main__", "__builtins__": builtins}
+    if not stateful:
+        # Orphans of a cell come back here, not to the fork server, so the worker ends them.
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a child cannot end the worker with it
     me = os.getpid()
-    handlers = _signal_baseline()
     pidfd = os.pidfd_open(me) if hasattr(os, "pidfd_open") else -1
     send_msg(conn, {"hello": True, "pid": me, "sandbox": active}, [pidfd] if pidfd >= 0 else None)
     if pidfd >= 0:
         os.close(pidfd)
+    if stateful:
+        _serve_in_process(conn, workspace, active, sandbox)
+    else:
+        _serve_cell_processes(conn, workspace, bool(active.get("pid_ns")))
+    os._exit(0)
+
+
+def _serve_in_process(conn: socket.socket, workspace: str, active: dict, sandbox) -> None:
+    """``stateful_cells``: every cell runs in this process, in one namespace that persists. The
+    cells share the process that replies, so a cell can change how its own later cells are
+    judged (docs/design.md section 12); the env checks from outside what it can."""
+    persistent: dict = {"__name__": "__main__", "__builtins__": builtins}
+    me = os.getpid()
+    handlers = _signal_baseline()
     while True:
         msg = recv_msg(conn)
         if msg is None or msg.get("op") != "cell":
-            os._exit(0)
+            return
         _reset_cell_state(workspace)
-        namespace = persistent if stateful else {"__name__": "__main__", "__builtins__": builtins}
-        status, error_type = _run_cell(msg["code"], namespace)
+        status, error_type = _run_cell(msg["code"], persistent)
         if os.getpid() != me:  # a process the cell forked returned here: it must not answer
             os._exit(0)
         try:
@@ -323,6 +349,229 @@ def _worker_main(
         if _leftovers(active["cgroup"], sandbox, active.get("pid_ns", False)):
             reply["leftovers"] = True
         send_msg(conn, reply)
+
+
+# ----------------------------------------------------------------------------- one process per cell
+#
+# Default (stateless) cells. The worker ("parent") never runs policy code: it forks one child
+# per cell from its own clean state, hands it the code, relays the child's output into the
+# episode's pipe, and decides the status from what it observes. The child closes every other
+# descriptor before it reads its code (the control socket above all), so nothing a cell does
+# can reach the reply; a cell's processes (threads, children, orphans) are killed, and its own
+# output pipe closed, before the parent replies, so nothing of a cell outlives it.
+
+STATUS_MAX_BYTES = 128
+# The child's report of its own cell: "ok" or "error <exception class name>", one line.
+_STATUS_LINE = re.compile(rb"(ok|error [A-Za-z_][A-Za-z0-9_]{0,99})\n")
+_ERROR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+RELAY_DRAIN_S = 0.25  # after the cell's end: how long to read what its pipe still holds
+
+
+class _CellChild:
+    """A child forked in advance ("spare"), waiting on ``code_w``'s pipe for its cell."""
+
+    def __init__(self, pid: int, code_w: int, out_r: int, status_r: int):
+        self.pid = pid
+        self.code_w = code_w
+        self.out_r = out_r
+        self.status_r = status_r
+        self.pidfd = os.pidfd_open(pid)
+
+    def close(self) -> None:
+        for fd in (self.code_w, self.out_r, self.status_r, self.pidfd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.code_w = self.out_r = self.status_r = self.pidfd = -1
+
+
+def _fork_cell_child(workspace: str) -> _CellChild:
+    code_r, code_w = os.pipe()
+    out_r, out_w = os.pipe()
+    status_r, status_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _cell_child(code_r, out_w, status_w, workspace)
+        finally:
+            os._exit(70)
+    for fd in (code_r, out_w, status_w):
+        os.close(fd)
+    return _CellChild(pid, code_w, out_r, status_r)
+
+
+def _cell_child(code_r: int, out_w: int, status_w: int, workspace: str) -> None:
+    """The cell's own process: only stdin (/dev/null), stdout and stderr (its own output
+    pipe), the code pipe and the status pipe stay open; then it waits for its code."""
+    os.dup2(out_w, 1)
+    os.dup2(out_w, 2)
+    keep = sorted({0, 1, 2, code_r, status_w})
+    for low, high in zip(keep, [*keep[1:], 1 << 16], strict=True):
+        os.closerange(low + 1, high)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as fh:
+        fh.write("1000")  # under memory pressure the cell goes first, never its worker
+    os.chdir(workspace)
+    chunks = []
+    while chunk := os.read(code_r, 1 << 16):
+        chunks.append(chunk)
+    os.close(code_r)
+    if not chunks:
+        os._exit(0)  # the worker is going away: no cell to run
+    code = b"".join(chunks).decode("utf-8", errors="surrogateescape")
+    status, error_type = _run_cell(code, {"__name__": "__main__", "__builtins__": builtins})
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    name = error_type if error_type and _ERROR_NAME.fullmatch(error_type) else "Exception"
+    line = b"ok\n" if status == "ok" else f"error {name}\n".encode()
+    with contextlib.suppress(OSError):
+        os.write(status_w, line)
+    os._exit(0)
+
+
+def _relay(src: int, dst: int) -> bool:
+    """Copy what ``src`` holds now to ``dst``; False at EOF."""
+    try:
+        chunk = os.read(src, 1 << 16)
+    except BlockingIOError:
+        return True
+    if not chunk:
+        return False
+    view = memoryview(chunk)
+    while view:
+        try:
+            view = view[os.write(dst, view) :]
+        except OSError:  # the env closed its end: nobody reads this episode any more
+            os._exit(0)
+    return True
+
+
+def _await_cell(child: _CellChild) -> tuple[str, str | None]:
+    """Relay the child's output until it reported its cell or died: (status, error type)."""
+    poller = select.poll()
+    for fd in (child.out_r, child.status_r, child.pidfd):
+        poller.register(fd, select.POLLIN)
+    record = b""
+    while True:
+        ready = {fd for fd, _ in poller.poll()}
+        if child.out_r in ready and not _relay(child.out_r, 1):
+            poller.unregister(child.out_r)
+        if child.status_r in ready or child.pidfd in ready:
+            try:
+                data = os.read(child.status_r, STATUS_MAX_BYTES + 1)
+            except BlockingIOError:
+                data = None
+            if data == b"":
+                poller.unregister(child.status_r)
+            record += data or b""
+            if b"\n" in record or len(record) > STATUS_MAX_BYTES:
+                return _parse_status(record)
+        if child.pidfd in ready:
+            return "crashed", None  # it died without reporting its cell
+
+
+def _parse_status(record: bytes) -> tuple[str, str | None]:
+    """The first line of the status pipe, strictly: anything else is a crashed cell."""
+    match = _STATUS_LINE.match(record)
+    if match is None:
+        return "crashed", None
+    words = match.group(1).decode().split(" ")
+    return (words[0], words[1] if len(words) > 1 else None)
+
+
+def _cell_processes(pid_ns: bool) -> list[int]:
+    """Every process of the current cell: the worker's children (the worker is the child
+    subreaper, so orphans are its children too); in a PID namespace, every process but init."""
+    if pid_ns:
+        return [int(e) for e in os.listdir("/proc") if e.isdigit() and e != "1"]
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children") as fh:
+            return [int(x) for x in fh.read().split()]
+    except OSError:
+        return []
+
+
+def _kill_cell_processes(pid_ns: bool) -> None:
+    if pid_ns:
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)  # from the namespace's init: every other process in it
+        return
+    for pid in _cell_processes(False):  # our unreaped children: their pids cannot be reused
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _reap_cell(pid_ns: bool) -> int:
+    """Kill and reap until the worker has no child left (a process orphaned meanwhile becomes
+    the worker's child and is killed on the next round); returns how many were reaped."""
+    count = 0
+    while True:
+        _kill_cell_processes(pid_ns)
+        reaped = False
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return count
+            if pid == 0:
+                break
+            count += 1
+            reaped = True
+        if not reaped:
+            time.sleep(0.0005)
+
+
+def _drain(src: int, dst: int) -> None:
+    os.set_blocking(src, False)
+    deadline = time.monotonic() + RELAY_DRAIN_S
+    with contextlib.suppress(OSError):
+        while time.monotonic() < deadline and _relay(src, dst):
+            if not select.select([src], [], [], 0)[0]:
+                return
+
+
+def _run_in_child(child: _CellChild, code: str, pid_ns: bool) -> dict:
+    """One cell in ``child``; returns the reply (without ``seq``)."""
+    data = code.encode("utf-8", errors="surrogateescape")
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(child.code_w, view) :]
+    except OSError:
+        pass  # the child is gone: it is reported crashed below
+    os.close(child.code_w)
+    child.code_w = -1
+    status, error_type = _await_cell(child)
+    if pid_ns:
+        # From the namespace's init, one kill(-1) leaves no process of the cell that can run
+        # another instruction or fork: they are reaped after the reply, before the next child.
+        leftovers = len([p for p in _cell_processes(True) if p != child.pid])
+        _kill_cell_processes(True)
+    else:
+        leftovers = max(0, _reap_cell(False) - 1)  # every one of them is gone before the reply
+    # What the pipe holds now is the cell's; a write still in flight in a dying process lands
+    # in a pipe that is closed below, never in a later cell's output.
+    _drain(child.out_r, 1)
+    child.close()
+    reply: dict = {"status": status, "error_type": error_type}
+    if leftovers:
+        reply["leftovers"] = leftovers
+    return reply
+
+
+def _serve_cell_processes(conn: socket.socket, workspace: str, pid_ns: bool) -> None:
+    spare = _fork_cell_child(workspace)
+    while True:
+        msg = recv_msg(conn)
+        if msg is None or msg.get("op") != "cell":
+            return
+        reply = _run_in_child(spare, msg["code"], pid_ns)
+        reply["seq"] = msg.get("seq")
+        send_msg(conn, reply)
+        _reap_cell(pid_ns)  # before the next child exists: nothing of this cell runs on
+        spare = _fork_cell_child(workspace)
 
 
 # ----------------------------------------------------------------------------- server side
@@ -359,8 +608,9 @@ def _versions() -> dict[str, str]:
 def _kill_orphans(live_workers) -> None:
     """Kill processes reparented to this server (it is their subreaper) whose worker is gone.
 
-    Only orphans of workers without a PID namespace land here (inside one, the worker is the
-    reaper); they are this server's children, so their pids cannot be reused until it reaps."""
+    Only orphans of workers without a PID namespace land here, and only once their worker is
+    dead (inside a namespace the worker is the reaper; a stateless worker is its cells' child
+    subreaper); they are this server's children, so their pids cannot be reused until it reaps."""
     me = os.getpid()
     try:
         entries = os.listdir("/proc")
@@ -671,6 +921,7 @@ def serve(chan_fd: int, config: dict) -> None:
     sandbox.sweep_cgroups(keep_server_pid=os.getpid())
     server_cgroups = sandbox.server_cgroups(os.getpid())
     sandbox.SECCOMP_PROGRAM = sandbox.build_seccomp_program()  # once; workers only load it
+    sandbox.CLONE_MOUNT_WORKS = sandbox.clone_mount_works()  # once; spares detach foreign mounts
     cfg = _workable_settings(sandbox, sandbox.settings(config.get("sandbox")))
     failed = _preload(list(config.get("preload", [])))
     ready = {

@@ -577,6 +577,28 @@ def _mount(libc, source, target, fstype, flags, data=None) -> None:
         raise OSError(err, f"mount {target}: {os.strerror(err)}")
 
 
+MNT_DETACH = 2
+
+
+def _umount_detach(libc, target: str) -> None:
+    if libc.umount2(target.encode(), MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"umount {target}: {os.strerror(err)}")
+
+
+def clone_mount_works() -> bool:
+    """Can this process make detached copies of mounts (``clone_mount``)? The fork server asks
+    once, as the process that makes them for every episode."""
+    fd = clone_mount("/")
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
+CLONE_MOUNT_WORKS: bool | None = None  # set by the fork server at its start
+
+
 def _mount_points() -> list[str]:
     points = []
     with open("/proc/self/mountinfo") as fh:
@@ -689,12 +711,20 @@ def _under(path: str, folders: list[str]) -> bool:
     return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
 
 
-def _readonly_filesystem(tmp_mb: int, pid_ns: bool, keep_root: bool = False) -> dict | None:
+def _readonly_filesystem(
+    tmp_mb: int, pid_ns: bool, keep_root: bool = False, detach: bool = False
+) -> dict | None:
     """Make every mount read-only in a private mount namespace, give the worker its own empty
     /tmp and /dev/shm and (in a PID namespace) its own /proc. Needs CAP_SYS_ADMIN: root, or
     inside the worker's user namespace. Runs in the spare, before its episode is known; the
     workspace is bound in later (``_bind_workspace``) through descriptors of the folders the
-    fresh tmpfs covered. Returns those descriptors, or None where no mount namespace is allowed."""
+    fresh tmpfs covered. Returns those descriptors, or None where no mount namespace is allowed.
+
+    ``detach``: mounts below the covered folders (other episodes' storage under the scratch
+    root, other jobs' mounts under /tmp or /work) leave this namespace, so a cell's
+    /proc/mounts and /proc/self/mountinfo name none of them; only where the episode's own
+    folders come as detached copies (``clone_mount``), since the path fallback
+    (``_bind_workspace``) may need a mount below /tmp to reach the workspace."""
     libc = _libc()
     if not _private_mount_namespace(libc):
         return None
@@ -702,15 +732,22 @@ def _readonly_filesystem(tmp_mb: int, pid_ns: bool, keep_root: bool = False) -> 
     hidden = _hidden_top_dirs()
     to_cover = [p for p in (*_COVERED, *hidden) if os.path.isdir(p)]
     kept_all = [k for p in to_cover for k in _paths_under(p)]
+    foreign: list[str] = []
     for point in sorted(set(_mount_points()), key=len):
         if point == "/proc" or point.startswith("/proc/"):
             continue  # replaced below by the worker's own /proc
         if _under(point, to_cover) and not _under(point, kept_all):
             # Hidden below a fresh tmpfs (other episodes' storage under the scratch root, say):
             # out of the cells' reach, and one remount fewer per mount on the host.
+            if point not in to_cover and not any(_under(k, [point]) for k in kept_all):
+                foreign.append(point)
             continue
         with contextlib.suppress(OSError):
             _mount(libc, None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(point))
+    if detach:
+        for point in sorted(foreign, key=len, reverse=True):  # the deepest first
+            with contextlib.suppress(OSError):
+                _umount_detach(libc, point)
     for private in (*_COVERED, *hidden):
         if os.path.isdir(private):
             # Opened inside the new namespace, so the fd names this namespace's copy of the mount.
@@ -841,7 +878,9 @@ def prepare(cfg: dict, namespaces: dict) -> dict:
     keep_root = os.geteuid() == 0 and uid == 0
     prepared: dict = {"fs": "open", "covered": None}
     if cfg.get("readonly_fs") and READONLY_FS_WORKS is not False:
-        covered = _readonly_filesystem(cfg.get("tmp_mb") or 512, namespaces["pid_ns"], keep_root)
+        covered = _readonly_filesystem(
+            cfg.get("tmp_mb") or 512, namespaces["pid_ns"], keep_root, bool(CLONE_MOUNT_WORKS)
+        )
         if covered is not None:
             prepared.update(fs="readonly", covered=covered)
     elif namespaces["pid_ns"]:

@@ -1,11 +1,13 @@
-"""Deadlines and leftovers are enforced from outside the worker (issue 26).
+"""Deadlines and leftovers (issues 26 and 52).
 
-A cell shares the worker's process, so it can walk up its stack to the worker loop, send the
-reply frame itself (right sequence number, status ``ok``) and keep running; or patch the
-worker's own leftover check. Whatever it writes, it must not outlive its turn or its deadline:
-the env checks from its side that the worker is back waiting for a request after each reply
-(``/proc/<pid>/syscall``) and counts the worker's threads and processes itself (``/proc``
-task list and children, pids cgroup).
+With ``stateful_cells`` a cell shares the worker's process, so it can walk up its stack to the
+worker loop, send the reply frame itself (right sequence number, status ``ok``) and keep
+running. Whatever it writes, it must not outlive its turn or its deadline: the env checks from
+its side that the worker is back waiting for a request after each reply (``/proc/<pid>/syscall``).
+
+In the default mode each cell runs in a process of its own that holds no control socket: the
+same forgery finds nothing to write to, and the cell's threads and processes end with it
+(the worker kills them before it replies), whatever the cell patched in its own process.
 """
 
 from __future__ import annotations
@@ -48,10 +50,9 @@ def make(root: Path, stateful: bool):
     return env
 
 
-@pytest.mark.parametrize("stateful", [False, True], ids=["fresh", "stateful"])
 @pytest.mark.parametrize("after", sorted(AFTER))
-def test_a_forged_ok_does_not_let_the_cell_run_on(workspace_root: Path, stateful: bool, after: str):
-    env = make(workspace_root, stateful)
+def test_a_forged_ok_does_not_let_a_stateful_cell_run_on(workspace_root: Path, after: str):
+    env = make(workspace_root, stateful=True)
     try:
         worker = env.kernel.pid
         out = env.step(code(FORGE + AFTER[after] + DONE))
@@ -68,8 +69,24 @@ def test_a_forged_ok_does_not_let_the_cell_run_on(workspace_root: Path, stateful
         env.close()
 
 
-@pytest.mark.parametrize("stateful", [False, True], ids=["fresh", "stateful"])
-def test_a_cell_serving_the_loop_itself_still_meets_each_deadline(workspace_root: Path, stateful: bool):
+def test_a_stateless_cell_cannot_reach_the_reply_channel(workspace_root: Path):
+    """The frame walk finds the worker loop's socket object (a copy, in the cell's own process),
+    but its descriptor was closed before the cell ran: the forgery fails as the cell's error and
+    the job after it never runs."""
+    env = make(workspace_root, stateful=False)
+    try:
+        out = env.step(code(FORGE + AFTER["sleep"] + DONE))
+        assert out["metadata"]["exec"]["status"] == "error", out["observations"][0]["content"]
+        assert not (env.workspace.path / "job-done").exists()
+        nxt = env.step(code("1/0"))
+        assert nxt["metadata"]["exec"]["status"] == "error"
+        assert "ZeroDivisionError" in nxt["observations"][0]["content"]
+        assert env.step(ANSWER_B)["metadata"]["reward_status"] == "scored"
+    finally:
+        env.close()
+
+
+def test_a_stateful_cell_serving_the_loop_itself_still_meets_each_deadline(workspace_root: Path):
     """The cell forges its reply and then waits for the next request itself (so the worker
     looks idle); it runs its long job when the next cell arrives — and that cell's deadline
     stops it: no 15 s job under a 10 s limit."""
@@ -80,7 +97,7 @@ def test_a_cell_serving_the_loop_itself_still_meets_each_deadline(workspace_root
         + f"t = time.time()\nwhile time.time() - t < {TIMEOUT_S + JOB_S}:\n    pass\n"
         + DONE
     )
-    env = make(workspace_root, stateful)
+    env = make(workspace_root, stateful=True)
     try:
         first = env.step(code(serve))
         assert first["metadata"]["exec"]["status"] == "ok"  # indistinguishable from a real ok
@@ -99,26 +116,34 @@ def test_a_cell_serving_the_loop_itself_still_meets_each_deadline(workspace_root
 LEFTOVERS = {
     # a thread started with _thread: invisible to threading.active_count()
     "hidden_thread": "import _thread, time\n_thread.start_new_thread(lambda: time.sleep(300), ())\n",
-    # the worker's own leftover check patched to say "none", then a thread and a process
+    # the worker's code patched (in the cell's own process) to say "none", then a thread
     "patched_check_thread": "import sys, _thread, time\n"
-    "sys.modules['__main__']._leftovers = lambda *a: False\n"
+    "sys.modules['__main__']._cell_processes = lambda *a: []\n"
+    "sys.modules['__main__']._reap_cell = lambda *a: 0\n"
     "_thread.start_new_thread(lambda: time.sleep(300), ())\n",
+    # ... then a process in a session of its own, which writes a file when it is not killed
     "patched_check_process": "import sys, subprocess\n"
-    "sys.modules['__main__']._leftovers = lambda *a: False\n"
-    "subprocess.Popen(['sleep', '300'], start_new_session=True)\n",
+    "sys.modules['__main__']._cell_processes = lambda *a: []\n"
+    "sys.modules['__main__']._reap_cell = lambda *a: 0\n"
+    "subprocess.Popen(['sh', '-c', 'sleep 1; echo late > late.txt'], start_new_session=True)\n",
 }
 
 
 @pytest.mark.parametrize("kind", sorted(LEFTOVERS))
-def test_leftovers_are_counted_from_outside(workspace_root: Path, kind: str):
+def test_leftovers_end_with_their_cell(workspace_root: Path, kind: str):
     env = make(workspace_root, stateful=False)
     try:
         worker = env.kernel.pid
         out = env.step(code(LEFTOVERS[kind] + "print('left')"))
         assert out["metadata"]["exec"]["status"] == "ok"
-        assert env.kernel.recycled == 1  # killed with its leftovers, whatever it said
-        assert wait_gone(worker, 5.0)
-        assert env.step(code("print(2)"))["metadata"]["exec"]["status"] == "ok"
-        assert env.kernel.recycled == 1  # a clean cell is not recycled
+        after = env.step(
+            code("import os, threading\nprint(threading.active_count(), len(os.listdir('/proc/self/task')))")
+        )
+        assert after["observations"][0]["content"] == "\n<Execute>\n1 1\n\n</Execute>\n"
+        assert env.kernel.pid == worker and env.kernel.restarts == 0  # the worker itself stays
+        if kind == "patched_check_process":
+            assert env.kernel.leftover_cells == 1  # counted by the worker, whatever the cell patched
+        time.sleep(1.5)  # past the moment the process would have written its file
+        assert not (env.workspace.path / "late.txt").exists()
     finally:
         env.close()

@@ -93,10 +93,10 @@ ESCAPE_CASES = [
     ),
     Case(
         "kill_everything_visible",
-        # Only inside a PID namespace (pid 1): elsewhere this would be a real massacre.
-        "import os, signal\nn = 0\nif os.getpid() == 1:\n"
+        # Only inside a PID namespace (the worker is its pid 1): elsewhere a real massacre.
+        "import os, signal\nn = 0\nif os.getppid() == 1:\n"
         "    try:\n        os.kill(-1, signal.SIGKILL)\n    except OSError:\n        pass\n"
-        "for p in [int(e) for e in os.listdir('/proc') if e.isdigit()] if os.getpid() == 1 else []:\n"
+        "for p in [int(e) for e in os.listdir('/proc') if e.isdigit()] if os.getppid() == 1 else []:\n"
         "    if p not in (1, os.getpid()):\n"
         "        try:\n            os.kill(p, signal.SIGKILL)\n            n += 1\n        except OSError:\n"
         "            pass\nprint('signalled', n)",
@@ -232,9 +232,14 @@ def observation(out: dict) -> str:
     return out["observations"][0]["content"]
 
 
+# Forged reply frames need the control socket, which only a stateful cell's process holds
+# (test_a_stateless_cell_holds_no_socket): they are played against a stateful worker.
+STATEFUL_ONLY = {"forged_huge_reply", "forged_reply_wrong_seq"}
+
+
 @pytest.mark.parametrize("case", ESCAPE_CASES, ids=[c.name for c in ESCAPE_CASES])
 def test_escape_attempt_is_refused(case: Case, workspace_root: Path):
-    eps = Episodes(workspace_root)
+    eps = Episodes(workspace_root, stateful=case.name in STATEFUL_ONLY)
     if case.name in ("leave_pids_cgroup",):
         need(eps.a, "cgroup", NEED_CGROUP)
     if case.name in ("setns_into_other_netns", "remount_root_rw", "kill_everything_visible"):
@@ -352,10 +357,11 @@ def test_sibling_worker_fork_server_and_trainer_cannot_be_killed(workspace_root:
         "    try:\n        os.kill(p, 9)\n        print('HIT', p)\n"
         "    except OSError as exc:\n        print('refused', exc.strerror)\n"
         "try:\n    os.kill(-1, 9)\nexcept OSError:\n    pass\n"
-        "print('visible', sorted(int(e) for e in os.listdir('/proc') if e.isdigit()))"
+        "print('visible', sorted(int(e) for e in os.listdir('/proc') if e.isdigit()), os.getpid())"
     )
     text = observation(out)
-    assert "HIT" not in text and "visible [1]" in text, text
+    own = text.split("visible ", 1)[1].split("\n", 1)[0].rsplit(" ", 1)[1]
+    assert "HIT" not in text and f"visible [1, {own}] {own}" in text, text  # the worker and itself
     assert server.poll() is None
     eps.finish()
 
@@ -412,8 +418,23 @@ def test_a_request_cannot_loosen_the_servers_sandbox(workspace_root: Path):
     eps.finish()
 
 
-def test_partial_forged_frame_ends_the_cell_on_time(workspace_root: Path):
+def test_a_stateless_cell_holds_no_socket(workspace_root: Path):
+    """A default-mode cell's process has stdin, its own output pipe (stdout, stderr) and its
+    status pipe open, nothing else: no control socket to forge a reply on, no episode pipe."""
     eps = Episodes(workspace_root)
+    out, _ = eps.attack(
+        "import os, stat\nfor fd in sorted(int(e) for e in os.listdir('/proc/self/fd')):\n"
+        "    try:\n        m = os.fstat(fd).st_mode\n    except OSError:\n        continue\n"
+        "    print(fd, 'sock' if stat.S_ISSOCK(m) else 'fifo' if stat.S_ISFIFO(m) else 'other')"
+    )
+    lines = observation(out).split("\n")[2:-3]
+    assert "sock" not in observation(out), observation(out)
+    assert lines[:3] == ["0 other", "1 fifo", "2 fifo"] and len(lines) <= 5, lines  # + status, listing
+    eps.finish()
+
+
+def test_partial_forged_frame_ends_the_cell_on_time(workspace_root: Path):
+    eps = Episodes(workspace_root, stateful=True)
     out, took = eps.attack(_FIND_CTRL + "ctrl().sendall((4096).to_bytes(4, 'big'))\nprint('header sent')")
     assert took < TIMEOUT_S + 1.0
     assert out["metadata"]["exec"]["status"] == "timeout", observation(out)
@@ -424,8 +445,9 @@ def test_partial_forged_frame_ends_the_cell_on_time(workspace_root: Path):
 def test_forged_reply_cannot_shift_later_replies(workspace_root: Path):
     """A cell that forges its own reply (it can read the request's sequence number) gains at
     most what a try/except would; the real reply is caught as a violation, with the forged one
-    or at the next cell, and never taken as a later request's reply."""
-    eps = Episodes(workspace_root)
+    or at the next cell, and never taken as a later request's reply (stateful cells: only
+    they share the worker's socket)."""
+    eps = Episodes(workspace_root, stateful=True)
     out, _ = eps.attack(
         _FIND_CTRL + "import sys, json\nf = sys._getframe(1)\nwhile 'msg' not in f.f_locals:\n"
         "    f = f.f_back\nseq = f.f_locals['msg']['seq']\n"
@@ -478,7 +500,8 @@ def test_cells_see_only_their_episode_and_no_privilege(workspace_root: Path):
     eps = Episodes(workspace_root)
     need(eps.a, "pid_ns", NEED_PID_NS)
     out, _ = eps.attack(
-        "import os\nprint('procs', [e for e in os.listdir('/proc') if e.isdigit()])\n"
+        "import os\nprocs = sorted(int(e) for e in os.listdir('/proc') if e.isdigit())\n"
+        "print('procs', procs == [1, os.getpid()])\n"
         "print('dev', sorted(os.listdir('/dev')))\n"
         "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
         "print('caps', {k: status[k].strip() for k in ('CapEff', 'CapPrm', 'CapBnd', 'CapAmb')})\n"
@@ -489,7 +512,7 @@ def test_cells_see_only_their_episode_and_no_privilege(workspace_root: Path):
         "    except OSError as exc:\n        print('ro', exc.strerror)"
     )
     text = observation(out)
-    assert "procs ['1']" in text, text
+    assert "procs True" in text, text  # its worker (the namespace's init) and itself
     zero = "0000000000000000"
     assert f"'CapEff': '{zero}', 'CapPrm': '{zero}', 'CapBnd': '{zero}', 'CapAmb': '{zero}'" in text
     assert "nnp 1 seccomp 2" in text

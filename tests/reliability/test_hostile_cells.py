@@ -244,17 +244,17 @@ def _contained(case: Case, workspace_root: Path) -> None:
         assert len(observation) < 25_000
         if case.says:
             assert case.says in observation, observation[-500:]
-        if case.name == "busy_thread_outlives_cell":
-            assert env.kernel.recycled == 1  # the spinning thread does not run on into later cells
+        if case.name == "busy_thread_outlives_cell":  # it ended with its cell's process
+            threads = env.step(code("import threading\nprint(threading.active_count())"))
+            assert threads["observations"][0]["content"] == "\n<Execute>\n1\n\n</Execute>\n"
         if case.name == "large_file":
             big = scratch / "big.bin"
             assert big.stat().st_size <= FILE_CAP_MB * 2**20
         if case.name in ("grandchild_new_session", "double_forked_daemon"):
             leftover = int(observation.split(case.says, 1)[1].split()[0])
-            # the worker is recycled after a cell that leaves processes behind (pids cgroup),
-            # or at the latest when the episode closes
-            if env.kernel.sandbox.get("cgroup"):
-                assert wait_gone_inside(leftover, worker_ns), "a process outlived its cell"
+            # killed by the worker before its reply (without a cgroup or a PID namespace too)
+            assert env.kernel.leftover_cells == 1
+            assert wait_gone_inside(leftover, worker_ns), "a process outlived its cell"
 
         nxt = env.step(
             code(
@@ -367,3 +367,193 @@ def test_cells_do_not_inherit_credentials(workspace_root: Path, monkeypatch: pyt
         assert out["observations"][0]["content"] == "\n<Execute>\n[]\n\n</Execute>\n"
     finally:
         env.close()
+
+
+# ---------------------------------------------------------------------------- issue 52
+# A cell that rewrites how later cells are judged: through the worker's module (sys.modules,
+# the call stack, the garbage collector), builtins, the output streams, the traceback module, or
+# something that runs on after it (a thread, a daemon, a signal handler, an atexit hook). In the
+# default mode every cell runs in a fresh process forked from a worker that never runs policy
+# code, so none of this reaches a later cell: its status, output and code_pass are its own.
+
+FORGED = "sanity check: all values verified"
+_FAKE_RUN = f"def fake(code, namespace):\n    print({FORGED!r})\n    return 'ok', None\n"
+PATCHES = {
+    "sys_modules_main": _FAKE_RUN + "import sys\nsys.modules['__main__']._run_cell = fake\n",
+    "sys_modules_all_functions": _FAKE_RUN + "import sys\nm = sys.modules['__main__']\n"
+    "for name in ('_parse_status', '_await_cell'):\n"
+    "    if hasattr(m, name):\n"
+    "        setattr(m, name, lambda *a: ('ok', None))\n"
+    "m._run_cell = fake\n",
+    "gc_code_swap": _FAKE_RUN + "import gc\ngc.unfreeze()\n"
+    "for o in gc.get_objects():\n"
+    "    if type(o).__name__ == 'function' and o.__name__ == '_run_cell' and o is not fake:\n"
+    "        o.__code__ = fake.__code__\n",
+    "frame_globals": _FAKE_RUN + "import sys\nf = sys._getframe()\n"
+    "while f is not None and '_run_cell' not in f.f_globals:\n"
+    "    f = f.f_back\n"
+    "f.f_globals['_run_cell'] = fake\n",
+    "builtins_compile": "import builtins\nreal = builtins.compile\n"
+    f"builtins.compile = lambda src, *a, **k: real({'print(' + repr(FORGED) + ')'!r}, *a, **k)\n",
+    "output_streams": "import io, sys\n"
+    "class Forger(io.TextIOBase):\n"
+    "    def write(self, s):\n"
+    f"        return sys.__stdout__.write({FORGED!r} + '\\n') and len(s)\n"
+    "sys.stdout = sys.stderr = Forger()\n",
+    "traceback_module": "import traceback, linecache\n"
+    f"traceback.format_exception_only = lambda *a, **k: [{FORGED!r}]\n"
+    "traceback.extract_tb = lambda *a, **k: []\n"
+    "linecache.getline = lambda *a, **k: ''\n",
+    "excepthook_signals_atexit": "import sys, signal, atexit\n"
+    f"sys.excepthook = lambda *a: print({FORGED!r})\n"
+    f"atexit.register(print, {FORGED!r})\n"
+    f"signal.signal(signal.SIGTERM, lambda *a: print({FORGED!r}))\n",
+    "background_thread": "import threading, time, sys\n"
+    "def forge():\n"
+    "    while True:\n"
+    f"        sys.stdout.write({FORGED!r} + '\\n')\n"
+    "        time.sleep(0.005)\n"
+    "threading.Thread(target=forge, daemon=True).start()\n",
+    "daemon_writes_later": "import os, time\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        for _ in range(5000):\n"
+    "            time.sleep(0.001)\n"
+    f"            os.write(1, {FORGED!r}.encode() + b'\\n')\n"
+    "    os._exit(0)\n"
+    "os.waitpid(pid, 0)\n"
+    "time.sleep(0.05)\n",
+}
+
+
+def _shown(out: dict) -> str:
+    return out["observations"][0]["content"][len("\n<Execute>\n") : -len("\n</Execute>\n")]
+
+
+def _later_cells_are_judged_as_their_own(env) -> None:
+    failing = env.step(code("1/0"))
+    assert failing["metadata"]["exec"]["status"] == "error", _shown(failing)
+    assert failing["metadata"]["code_pass"] == 0
+    assert "ZeroDivisionError: division by zero" in _shown(failing) and FORGED not in _shown(failing)
+    silent = env.step(code("pass"))
+    assert silent["metadata"]["exec"]["status"] == "ok"
+    assert _shown(silent).strip() == "" and silent["metadata"]["code_pass"] == 0
+    real = env.step(code("print('real')"))
+    assert _shown(real) == "real\n" and real["metadata"]["code_pass"] == 1
+    final = env.step("<Answer>\nAnswer: B\n</Answer>")
+    assert final["metadata"]["reward_status"] == "scored"
+    assert final["metadata"]["code_pass"][-3:] == [0, 0, 1]
+
+
+@pytest.mark.parametrize("patch", sorted(PATCHES))
+def test_a_cell_cannot_change_how_later_cells_are_judged(patch: str, workspace_root: Path):
+    env = make_env(workspace_root)
+    try:
+        env.step(code(PATCHES[patch]))
+        _later_cells_are_judged_as_their_own(env)
+    finally:
+        env.close()
+
+
+FALLBACK_PATCHES = ["sys_modules_main", "background_thread", "daemon_writes_later"]
+
+
+@pytest.mark.parametrize("patch", FALLBACK_PATCHES)
+def test_a_cell_cannot_change_later_cells_without_cgroup_or_pid_namespace(
+    patch: str, workspace_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The unprivileged fallback: the worker is its cells' child subreaper and kills what they
+    leave (a double-forked daemon included) before it replies."""
+    monkeypatch.setitem(tools.sandbox.DEFAULTS, "cgroup", False)
+    monkeypatch.setitem(tools.sandbox.DEFAULTS, "pid_namespace", False)
+    env = make_env(workspace_root)
+    try:
+        assert not env.kernel.sandbox["pid_ns"] and not env.kernel.sandbox["cgroup"]
+        env.step(code(PATCHES[patch]))
+        _later_cells_are_judged_as_their_own(env)
+    finally:
+        env.close()
+
+
+def test_a_cell_cannot_stop_or_kill_its_worker_into_an_environment_error(
+    workspace_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Without a PID namespace a cell can signal its worker (same uid): a killed worker is the
+    cell's crash, a stopped one its timeout; never ``environment_error``."""
+    monkeypatch.setitem(tools.sandbox.DEFAULTS, "cgroup", False)
+    monkeypatch.setitem(tools.sandbox.DEFAULTS, "pid_namespace", False)
+    env = make_env(workspace_root)
+    try:
+        killed = env.step(code("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('x')"))
+        assert killed["metadata"]["exec"]["status"] == "crashed", _shown(killed)
+        stopped = env.step(code("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nprint('x')"))
+        assert stopped["metadata"]["exec"]["status"] == "timeout", _shown(stopped)
+        _later_cells_are_judged_as_their_own(env)
+    finally:
+        env.close()
+
+
+def test_stateful_cells_can_change_their_own_later_cells(workspace_root: Path):
+    """What the spec says of ``stateful_cells`` (docs/design.md section 12): cells share the
+    worker's process, so a patch holds for the episode's later cells. Only that episode."""
+    env = skyrl_gym.make(
+        "deepanalyze",
+        env_config={
+            "workspace_root": str(workspace_root),
+            "stateful_cells": True,
+            "executor": {"timeout_s": TIMEOUT_S, "memory_mb": 512},
+        },
+        extras=qa_extras(),
+    )
+    env.init(PROMPT)
+    try:
+        env.step(code(PATCHES["sys_modules_main"]))
+        failing = env.step(code("1/0"))
+        assert failing["metadata"]["exec"]["status"] == "ok" and FORGED in _shown(failing)
+    finally:
+        env.close()
+    fresh = make_env(workspace_root)
+    try:
+        _later_cells_are_judged_as_their_own(fresh)
+    finally:
+        fresh.close()
+
+
+def test_a_cell_sees_no_mount_of_other_jobs(workspace_root: Path, tmp_path: Path):
+    """A mount of another job below a folder the sandbox covers (a tmpfs under the scratch
+    root's parent, as another trainer's bounded storage would be) is not in a cell's
+    /proc/mounts or /proc/self/mountinfo: only the episode's own folders are named."""
+    import ctypes
+
+    from tools.fork_server import KernelServer
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs")
+    foreign = tmp_path / "other-job-storage"
+    foreign.mkdir()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(b"tmpfs", str(foreign).encode(), b"tmpfs", 0, b"size=1m") != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {os.strerror(ctypes.get_errno())}")
+    try:
+        KernelServer.shutdown_all()  # spares forked from now on see the foreign mount on the host
+        env = make_env(workspace_root)
+        try:
+            if env.kernel.sandbox.get("fs") != "readonly":
+                pytest.skip("no private read-only mount namespace here")
+            out = env.step(
+                code("print(open('/proc/mounts').read())\nprint(open('/proc/self/mountinfo').read())")
+            )
+            text = _shown(out)
+            assert out["metadata"]["exec"]["status"] == "ok" and "/proc" in text
+            assert "other-job-storage" not in text
+            own = str(env.workspace.root)  # the episode's folder: its workspace and storage
+            base = str(tmp_path.parent)  # this test session's folders: scratch roots, other tests'
+            named = [w for line in text.splitlines() for w in line.split() if w.startswith(base)]
+            assert all(w == own or w.startswith(own + "/") for w in named), named
+        finally:
+            env.close()
+    finally:
+        libc.umount2(str(foreign).encode(), 2)
+        KernelServer.shutdown_all()
