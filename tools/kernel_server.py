@@ -593,6 +593,35 @@ def _preload(modules: list[str]) -> dict[str, str]:
     return failed
 
 
+def _warm_up() -> None:
+    """Run the commonest first steps of an analysis once, in the server, with our own data: the
+    lazy imports and caches they fill (pandas' formatters and groupby paths, matplotlib's
+    renderer) are then in every worker and every cell's process from the fork, instead of being
+    redone by each cell's fresh process (a read_csv + groupby + print cell: ~25 -> ~13 ms in a
+    fresh fork, measured here). Best effort: a stack without pandas or matplotlib skips it."""
+    sink = io.StringIO()
+    with contextlib.suppress(Exception):
+        pandas = sys.modules.get("pandas")
+        if pandas is not None:
+            df = pandas.read_csv(
+                io.StringIO("k,n,x,when\na,1,2.5,2024-01-02\nb,3,4.5,2024-02-03\na,5,6.5,2024-03-04\n")
+            )
+            df["y"] = df["n"] * df["x"]
+            df["when"] = pandas.to_datetime(df["when"])
+            sink.write(str(df.groupby("k")["y"].agg(["count", "sum", "mean"]).round(2)))
+            sink.write(str(df.describe()) + repr(df.head()) + str(df.dtypes) + str(df["k"].value_counts()))
+            sink.write(df.sort_values("y").to_string() + str(df.pivot_table(index="k", values="y")))
+            df.info(buf=sink)
+    with contextlib.suppress(Exception):
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is not None:
+            fig, ax = pyplot.subplots()
+            ax.plot([1, 2, 3], [2, 1, 3])
+            ax.set_title("warm-up")
+            fig.savefig(io.BytesIO(), format="png")
+            pyplot.close("all")
+
+
 def _versions() -> dict[str, str]:
     from importlib import metadata
 
@@ -924,6 +953,7 @@ def serve(chan_fd: int, config: dict) -> None:
     sandbox.CLONE_MOUNT_WORKS = sandbox.clone_mount_works()  # once; spares detach foreign mounts
     cfg = _workable_settings(sandbox, sandbox.settings(config.get("sandbox")))
     failed = _preload(list(config.get("preload", [])))
+    _warm_up()
     ready = {
         "ready": True,
         "pid": os.getpid(),
