@@ -30,6 +30,7 @@ PLAIN_COLUMNS = (
     "workspace_id",
     "messages",
     "reward_status",
+    "reward_error_cause",
     "format_ok",
     "gate",
     "termination",

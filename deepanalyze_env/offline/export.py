@@ -92,6 +92,7 @@ class ExportRow(TypedDict):
     messages: list[Message]
     reward: float | None
     reward_status: str | None
+    reward_error_cause: str | None
     format_ok: bool | None
     gate: str | None
     termination: str | None
@@ -237,6 +238,7 @@ def to_row(record: EpisodeRecord, components: Sequence[str], run: str) -> Export
         if isinstance(reward, int | float) and record.get("reward_status") == "scored"
         else None,
         "reward_status": _str_or_none(record.get("reward_status")),
+        "reward_error_cause": _str_or_none(record.get("reward_error_cause")),
         "format_ok": record.get("format_ok") if isinstance(record.get("format_ok"), bool) else None,
         "gate": _str_or_none(record.get("gate")),
         "termination": _str_or_none(record.get("termination")),
@@ -274,6 +276,7 @@ def arrow_schema(components: Sequence[str]) -> pa.Schema:
         ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
         ("reward", pa.float64()),
         ("reward_status", pa.string()),
+        ("reward_error_cause", pa.string()),
         ("format_ok", pa.bool_()),
         ("gate", pa.string()),
         ("termination", pa.string()),

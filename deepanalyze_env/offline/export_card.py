@@ -47,6 +47,8 @@ COLUMN_DOCS = {
     "messages": "the conversation, `[{role, content}]`: prompt, policy turns, `<Execute>` observations",
     "reward": "the episode reward (null unless `reward_status` is `scored`)",
     "reward_status": "`scored`, `verifier_error` or `environment_error`",
+    "reward_error_cause": "why a `verifier_error` is one: `judge_parse`, `context_length`, `judge_call` or "
+    "`reward_raised` (null otherwise)",
     "format_ok, gate": "whether the format gate passed, and which check failed",
     "termination": "how the episode ended (`answer`, `max_turns`, `length`, …)",
     "code_pass": "per executed cell, 1 if it ran without error",
