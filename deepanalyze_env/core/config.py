@@ -116,7 +116,7 @@ class JudgeConfig:
     tokenizer: str | None = None
     """The judge's tokenizer, to count ``max_prompt_tokens`` exactly: a local folder, a ``.gguf``
     file or a model id already in the Hugging Face cache (never downloaded). The ``transformers``
-    backend uses its model folder's by default."""
+    backend uses its model folder's by default (an ``embedded:`` model is estimated)."""
     max_prompt_chars: int | None = None
     """Replaced by ``max_prompt_tokens`` (a judge's limit is in tokens, and dense text costs a
     token per character or more); setting it is a ``ConfigError`` saying so."""

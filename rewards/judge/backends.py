@@ -21,6 +21,7 @@ from rewards.judge.errors import (
     JudgeCacheMiss,
     JudgeCallError,
     JudgeConfigError,
+    JudgeContentRefused,
     JudgeContextRefused,
     key_from_env,
     redact,
@@ -56,6 +57,22 @@ _PROMPT_TOKENS = re.compile(
     r"|request has (\d[\d,]*) input tokens|\((\d[\d,]*) tokens\) is longer",
     re.IGNORECASE,
 )
+
+
+# How OpenAI-compatible servers refuse a prompt for its content (HTTP 400): OpenAI's codes
+# "invalid_prompt" ("your prompt was flagged as potentially violating our usage policy") and
+# "content_policy_violation", Azure OpenAI's "content_filter" ("… triggering Azure OpenAI's
+# content management policy").
+_CONTENT_REFUSAL = re.compile(
+    r"\b(?:invalid_prompt|content_policy_violation|content_filter)\b|content management policy"
+    r"|flagged as potentially violating",
+    re.IGNORECASE,
+)
+
+
+def content_refusal_of(status: int, message: str) -> bool:
+    """Whether an HTTP error is the server refusing to judge the prompt's content."""
+    return status == 400 and _CONTENT_REFUSAL.search(message) is not None
 
 
 def _number(text: str | None) -> int | None:
@@ -99,9 +116,10 @@ class Backend:
         """Strings that must be scrubbed from anything this backend's errors produce."""
         return ()
 
-    def context_refusal(self, exc: BaseException) -> JudgeContextRefused | None:
+    def context_refusal(self, exc: BaseException) -> JudgeContextRefused | JudgeContentRefused | None:
         """``exc`` as a :class:`JudgeContextRefused` when it is the server refusing the prompt as
-        longer than the model's context, else None."""
+        longer than the model's context, as a :class:`JudgeContentRefused` when it refuses its
+        content, else None."""
         return None
 
     async def aclose(self) -> None:
@@ -206,6 +224,10 @@ class OpenAIBackend(Backend):
             raise JudgeCallError(
                 f"{self.settings.label}: malformed response (no choices[0].message: {shape!r})"
             )
+        if isinstance(choice, dict) and choice.get("finish_reason") == "content_filter":
+            raise JudgeContentRefused(
+                f"{self.settings.label}: the reply was withheld (finish_reason=content_filter)"
+            )
         if not isinstance(content, str) or not content.strip():
             reason = choice.get("finish_reason") if isinstance(choice, dict) else None
             raise JudgeCallError(f"{self.settings.label}: empty reply (finish_reason={reason})")
@@ -224,7 +246,7 @@ class OpenAIBackend(Backend):
         key = key_from_env(self.settings.api_key_env)
         return (key,) if key else ()
 
-    def context_refusal(self, exc: BaseException) -> JudgeContextRefused | None:
+    def context_refusal(self, exc: BaseException) -> JudgeContextRefused | JudgeContentRefused | None:
         import openai
 
         if not isinstance(exc, openai.APIStatusError):
@@ -234,10 +256,15 @@ class OpenAIBackend(Backend):
         parts = [str(exc)]
         if isinstance(inner, dict):
             parts += [str(inner.get("message") or ""), str(inner.get("code") or "")]
-        refusal = context_refusal_of(exc.status_code, " ".join(parts))
+        text = " ".join(parts)
+        described = describe_openai_error(exc, self.settings, self.secrets()) or f"HTTP {exc.status_code}"
+        if content_refusal_of(exc.status_code, text):
+            return JudgeContentRefused(
+                f"{self.settings.label}: the judge refused the prompt's content ({described})"
+            )
+        refusal = context_refusal_of(exc.status_code, text)
         if refusal is None:
             return None
-        described = describe_openai_error(exc, self.settings, self.secrets()) or f"HTTP {exc.status_code}"
         return JudgeContextRefused(
             f"{self.settings.label}: the prompt does not fit the judge's context ({described})",
             limit=refusal[0],

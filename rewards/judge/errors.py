@@ -102,6 +102,18 @@ class JudgeContextRefused(JudgeCallError):
         self.prompt_tokens = prompt_tokens
 
 
+class JudgeContentRefused(JudgeCallError):
+    """The server refused to judge the prompt's content (HTTP 400 ``invalid_prompt`` /
+    ``content_policy_violation``, Azure's ``content_filter``, or a reply stopped with
+    ``finish_reason: content_filter``). The session asks once more with the policy-written fields
+    emptied: when that is answered, the episode's own text was refused and ``policy_caused`` is
+    set (the component scores 0); otherwise it is the task's (``verifier_error``, ``judge_call``)."""
+
+    def __init__(self, message: str, *, policy_caused: bool = False):
+        super().__init__(message, attempts=1, retryable=False)
+        self.policy_caused = policy_caused
+
+
 class JudgePromptTooLong(JudgeError):
     """The judge prompt does not fit the judge (``judge.max_prompt_tokens``, or the context a server
     refused it for), even with long environment outputs elided. ``policy_caused``: it fits once

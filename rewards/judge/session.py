@@ -20,6 +20,7 @@ from rewards.judge.budget import Fitted, TokenCounter, counter_for, fit, prompt_
 from rewards.judge.cache import cache_key
 from rewards.judge.client import Completion, JudgeClient, Verdict
 from rewards.judge.errors import (
+    JudgeContentRefused,
     JudgeContextRefused,
     JudgeError,
     JudgeParseError,
@@ -129,6 +130,8 @@ class JudgeSession:
         try:
             try:
                 completion = await self.client.complete(fitted.prompt.text, sample=sample, check=check)
+            except JudgeContentRefused as refused:
+                raise await self._whose_content(rubric, fields, policy_fields, sample, refused) from None
             except JudgeContextRefused as refused:
                 budget = _refit_budget(refused, fitted, settings.max_tokens)
                 record["attempts"] = 1
@@ -185,6 +188,32 @@ class JudgeSession:
             attempts=record["attempts"] + completion.attempts,
             rejected=list(completion.rejected),
             score=None if isinstance(completion.verdict, FromPolicy) else completion.verdict,
+        )
+
+    async def _whose_content(
+        self,
+        rubric: str,
+        fields: dict[str, str | Transcript],
+        policy_fields: tuple[str, ...],
+        sample: int,
+        refused: JudgeContentRefused,
+    ) -> JudgeContentRefused:
+        """Whose content the judge refused: asked once more with the ``policy_fields`` emptied,
+        an answer means the episode's own text was refused (``policy_caused``); a refusal or any
+        failure of that probe leaves it the task's, or the judge's."""
+        if not policy_fields:
+            return refused
+        settings = self.client.settings
+        emptied = render(rubric, {**fields, **dict.fromkeys(policy_fields, "")}, settings.prompt_dir)
+        try:
+            await self.client.complete(emptied.text, sample=sample)
+        except JudgeError as exc:
+            log.info("%s, rubric %s: the emptied prompt failed too: %s", settings.label, rubric, exc)
+            return refused
+        return JudgeContentRefused(
+            f"rubric {rubric}: {refused}; with the episode's own text emptied the prompt was "
+            "answered, so that text was refused: scored 0",
+            policy_caused=True,
         )
 
     def _too_long(
