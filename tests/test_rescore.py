@@ -83,6 +83,7 @@ def test_rescore_after_a_judge_that_first_fails_then_works(tmp_path: Path, works
         assert len(collected) == 4 and judge.calls == 4
         for r in collected:
             assert r["reward_status"] == "verifier_error" and "503" in r["error"]
+            assert r["reward_error_cause"] == "judge_call"
             assert "qa_analysis" not in r["reward_components"] and r["reward"] == 0.0
         originals = digest(run)
 
@@ -90,6 +91,7 @@ def test_rescore_after_a_judge_that_first_fails_then_works(tmp_path: Path, works
         assert rescore(run, "http://127.0.0.1:9/v1") == 1
         [first] = run.glob("rescored-*.jsonl")
         assert {r["reward_status"] for r in read_records(first)} == {"verifier_error"}
+        assert {r["reward_error_cause"] for r in read_records(first)} == {"judge_call"}
 
         assert rescore(run, judge.url) == 0  # the judge is back
         assert judge.calls == 8
@@ -102,6 +104,7 @@ def test_rescore_after_a_judge_that_first_fails_then_works(tmp_path: Path, works
         after = latest[before["episode_id"]]
         right = ANSWERS[before["task_id"]] == "B"
         assert after["reward_status"] == "scored" and after["error"] is None
+        assert after["reward_error_cause"] is None
         assert after["reward_components"] == {
             "qa_accuracy": 1.0 if right else 0.0, "qa_analysis": 0.8, "qa_exact": 1.0 if right else 0.0
         }  # fmt: skip
@@ -113,6 +116,7 @@ def test_rescore_after_a_judge_that_first_fails_then_works(tmp_path: Path, works
         assert prov["recomputed"] == ["judge_analysis"] and prov["judge"]["model"] == "judge-m"
         previous = prov["previous"]  # the failed re-score, which kept the collection-time one
         assert previous["reward_status"] == "verifier_error" and "connection failed" in previous["error"]
+        assert previous["reward_error_cause"] == "judge_call"
         assert previous["rescore"]["judge"]["base_url"] == "http://127.0.0.1:9/v1"
         assert "503" in previous["rescore"]["previous"]["error"]
 
@@ -227,6 +231,7 @@ def test_a_plan_without_a_judge_rescores_without_one_once_its_function_is_fixed(
     assert main([*args, "--workspace-root", str(workspace_root), "--out", str(out)]) == 0
     collected = read_records(out / "episodes.jsonl")
     assert {r["reward_status"] for r in collected} == {"verifier_error"}
+    assert {r["reward_error_cause"] for r in collected} == {"reward_raised"}  # a plain RuntimeError
     BROKEN["raise"] = False
     assert main(["rescore", str(out)]) == 0
     [path] = out.glob("rescored-*.jsonl")
