@@ -4,13 +4,14 @@ the fold; the properties check what must hold for any text."""
 
 from __future__ import annotations
 
+import bisect
 import string
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deepanalyze_env.core.fold import Folded, fold, original_range, spans
+from deepanalyze_env.core.fold import Folded, _classes, fold, fold_char, original_range, spans
 from deepanalyze_env.core.make_fold_table import confusables, ignorable_ranges
 
 # Hand-listed: (policy-written text, how it must read). Each line names the trick.
@@ -185,7 +186,7 @@ def test_generator_merges_default_ignorable_ranges():
 
 def test_an_ascii_text_is_its_own_reading():
     reading = Folded.of("<Answer>B</Answer>")
-    assert reading.starts is None and reading.raw_slice(8, 9) == "B"
+    assert reading.folded is reading.raw and reading.raw_slice(8, 9) == "B"
 
 
 def test_a_slice_between_look_alike_tags_is_the_text_as_typed():
@@ -208,3 +209,43 @@ def test_a_slice_of_the_fold_maps_to_raw_text_that_folds_back_to_it(text, data):
     i = data.draw(st.integers(0, len(text)))
     j = data.draw(st.integers(i, len(text)))
     assert fold(reading.raw_slice(starts[i], starts[j])) == reading.folded[starts[i] : starts[j]]
+
+
+def test_every_code_point_reads_as_its_own_fold_through_the_fast_path():
+    """Exhaustive: the regexes that let most text skip the table (``_classes``) miss no code
+    point whose fold differs from it or is not one character long (and below U+10000 match
+    no other)."""
+    changed, resized = _classes()
+    for code in range(0x80, 0x110000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        char = chr(code)
+        folded = fold_char(char)
+        if folded != char:
+            assert changed.match(char), hex(code)
+        if len(folded) != 1:
+            assert resized.match(char), hex(code)
+        if code <= 0xFFFF:
+            assert (changed.match(char) is not None) == (folded != char), hex(code)
+            assert (resized.match(char) is not None) == (len(folded) != 1), hex(code)
+
+
+@settings(max_examples=300)
+@given(_ANY_TEXT, st.integers(0, 60))
+def test_the_sparse_map_agrees_with_the_dense_one(text, at):
+    reading, starts = Folded.of(text), spans(text)
+    at = min(at, len(reading.folded))
+    assert reading.raw_index(at) == bisect.bisect_left(starts, at)
+    assert reading.raw_index(at, after=True) == bisect.bisect_right(starts, at - 1)
+    end = min(at + 3, len(reading.folded))
+    first, last = bisect.bisect_left(starts, at), bisect.bisect_right(starts, end) - 1
+    assert reading.raw_slice(at, end) == text[first : max(first, last)]
+
+
+@settings(max_examples=200)
+@given(st.lists(st.one_of(st.text(string.printable, max_size=80), _ANY_TEXT), max_size=12))
+def test_a_long_text_folds_as_its_characters_do(pieces):
+    """Both of the fold's paths (a few runs translated, or the whole text) read every character
+    as :func:`fold_char` reads it alone."""
+    text = "".join(pieces)
+    assert fold(text) == "".join(char if char.isascii() else fold_char(char) for char in text)

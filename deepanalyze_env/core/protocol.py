@@ -61,7 +61,7 @@ def truncate_action(action: str) -> str:
 def strip_think(text: str) -> str:
     """Remove ``<think>…</think>`` spans, read in the fold (an unclosed one runs to the end)."""
     folded = Folded.of(text)
-    if folded.starts is None:
+    if folded.folded is text:
         return _THINK.sub("", text)
     pieces, pos = [], 0
     for m in _THINK.finditer(folded.folded):
