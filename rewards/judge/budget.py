@@ -12,8 +12,9 @@ When the prompt is over budget the middles of the **environment outputs** are el
 first, all of them down to one common length (a water level), each cut shown by a marker line.
 Only observations are elided: an analyst's turns, a candidate answer and the task's own fields
 are shown whole, so a flood of printed output elides itself and never pushes the policy's own
-claims out of the judge's view. What still does not fit is not sent (the session decides whose
-failure that is).
+claims out of the judge's view. No output is cut below :data:`FLOOR_TOKENS` (its head and tail,
+where a traceback's last line stands): long analyst turns cannot starve the outputs that check
+them. What still does not fit is not sent (the session decides whose failure that is).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 TEMPLATE_MARGIN = 64  # tokens of the chat template around the prompt (role markers, BOS, …)
 _ROUNDS = 6  # refits when a proportional cut kept more tokens than its share
+FLOOR_TOKENS = 200  # the least of an output that elision keeps (half head, half tail)
 
 
 class TokenCounter(Protocol):
@@ -144,7 +146,7 @@ def fit(
     budget: int,
 ) -> Fitted:
     """The prompt within ``budget`` tokens, environment outputs elided as needed (module docstring);
-    ``fits`` False when even eliding every output's whole text leaves it over."""
+    ``fits`` False when even every output cut to :data:`FLOOR_TOKENS` leaves it over."""
     prompt = render(rubric, fields, prompt_dir)
     tokens = prompt_tokens(prompt.text, counter)
     transcript = next((v for v in fields.values() if isinstance(v, Transcript)), None)
@@ -158,7 +160,7 @@ def fit(
         return Fitted(prompt, tokens, 0, False)
     cut = tokens - budget
     for round_ in range(_ROUNDS + 1):
-        level = water_level(costs, cut) if round_ < _ROUNDS else 0
+        level = max(water_level(costs, cut), FLOOR_TOKENS) if round_ < _ROUNDS else FLOOR_TOKENS
         keep = {i: len(outputs[i]) * level // costs[i] for i in costs if costs[i] > level}
         prompt = render(rubric, fields, prompt_dir, keep=keep)
         tokens = prompt_tokens(prompt.text, counter)

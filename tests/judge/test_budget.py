@@ -19,7 +19,7 @@ import pytest
 from deepanalyze_env.core.env import DeepAnalyzeEnv
 from rewards.judge import JudgeConfigError, JudgeSettings, get_judge_client
 from rewards.judge.backends import context_refusal_of
-from rewards.judge.budget import TEMPLATE_MARGIN, UTF8_BYTES, counter_for, fit, water_level
+from rewards.judge.budget import FLOOR_TOKENS, TEMPLATE_MARGIN, UTF8_BYTES, counter_for, fit, water_level
 from rewards.judge.fake_server import FakeJudgeServer
 from rewards.judge.transcript import Part, Transcript
 from tests.conftest import code, play
@@ -109,6 +109,21 @@ def test_a_prompt_whose_analyst_text_alone_is_over_budget_does_not_fit():
     fields = {"question": QUESTION, "trajectory": _transcript("7" * 100, turn="blah " * 4000)}
     fitted = fit("judge_analysis", fields, None, UTF8_BYTES, 10_000)
     assert not fitted.fits  # 40,000 bytes of analyst text: never elided
+
+
+def test_long_analyst_turns_cannot_starve_an_output_below_its_floor():
+    """Analyst text is never elided, outputs are: without a floor, a long enough turn would cut
+    the output that refutes it to nothing. Every output keeps its head and tail (FLOOR_TOKENS,
+    here bytes), where a traceback's last line stands."""
+    error = "Traceback (most recent call last):\n" + "  frame\n" * 600 + "ZeroDivisionError: division by zero"
+    fields = {"question": QUESTION, "trajectory": _transcript(error, turn="claims " * 3000)}
+    whole = fit("judge_analysis", fields, None, UTF8_BYTES, 10**6)
+    # room for 300 bytes of the output: its marker line (63 bytes) and 237 of it, above the floor
+    fitted = fit("judge_analysis", fields, None, UTF8_BYTES, whole.tokens - len(error) + 300)
+    assert fitted.fits and "ZeroDivisionError: division by zero" in fitted.prompt.text
+    assert len(error) - fitted.elided >= FLOOR_TOKENS  # one byte per character here
+    # room for 250: the floor (200) and the marker do not fit, so the prompt does not
+    assert not fit("judge_analysis", fields, None, UTF8_BYTES, whole.tokens - len(error) + 250).fits
 
 
 # ------------------------------------------------------------------ a real tokenizer
