@@ -51,6 +51,7 @@ LOOK_ALIKES = [
     ("\u300a<END\u300b>", "<<<END>>>"),  # LEFT/RIGHT DOUBLE ANGLE BRACKET
     ("<\u2009Execute >", "< Execute >"),  # THIN SPACE reads as a space (NFKC)
     ("SCORE\uff1a\uff15", "SCORE:5"),  # FULLWIDTH COLON, FULLWIDTH DIGIT FIVE
+    ("<\u1d07xecute>", "<execute>"),  # LATIN LETTER SMALL CAPITAL E (a hand-listed adjustment)
 ]
 
 
@@ -163,6 +164,10 @@ def test_generator_reads_an_uppercase_l_look_alike_as_capital_i():
 
 def test_generator_maps_the_angle_bracket_class_to_ascii_brackets():
     assert confusables(CONFUSABLES_EXCERPT)["\u3008"] == "<"
+
+
+def test_generator_reads_a_small_capital_without_a_prototype_as_its_letter():
+    assert confusables(CONFUSABLES_EXCERPT)["\u1d07"] == "e"  # LATIN LETTER SMALL CAPITAL E
 
 
 def test_generator_drops_ascii_sources_non_ascii_prototypes_and_sequences():

@@ -18,7 +18,9 @@ not change what the policy typed in ASCII. Two adjustments, both hand-listed bel
 - an uppercase letter whose prototype is ``l`` (Cyrillic ``І``, Greek ``Ι``) maps to ``I``, the
   capital it is read as (Unicode's prototype puts ``I`` and ``l`` in one class);
 - angle brackets whose class has a non-ASCII prototype (``⟨ 〈 〈`` → ``❬``) and double
-  chevrons that Unicode lists apart (``« » 《 》 ⟪ ⟫``) map to ``<``/``>`` (one per chevron).
+  chevrons that Unicode lists apart (``« » 《 》 ⟪ ⟫``) map to ``<``/``>`` (one per chevron);
+- the small capitals Unicode gives no ASCII prototype (``ᴇ`` LATIN LETTER SMALL CAPITAL E, read
+  by the letter its name gives, lowercase, as Unicode reads ``ᴄ`` and ``ᴏ``).
 
 Usage: ``python -m deepanalyze_env.core.make_fold_table CONFUSABLES DERIVED > fold_table.py``.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
+import unicodedata
 from pathlib import Path
 
 # prototype or character (not ASCII in Unicode's data) -> what it is read as in a tag or marker
@@ -49,6 +52,9 @@ BRACKETS = {
 }
 
 
+SMALL_CAPITAL = "LATIN LETTER SMALL CAPITAL "
+
+
 def _chars(field: str) -> str:
     return "".join(chr(int(code, 16)) for code in field.split())
 
@@ -68,6 +74,10 @@ def confusables(text: str) -> dict[str, str]:
         elif prototype.isascii() and prototype.isprintable():
             out[source] = "I" if prototype == "l" and source.isupper() else prototype
     out.update(BRACKETS)
+    for code in range(0x80, 0x20000):
+        name = unicodedata.name(chr(code), "")
+        if name.startswith(SMALL_CAPITAL) and len(name) == len(SMALL_CAPITAL) + 1:
+            out.setdefault(chr(code), name[-1].lower())
     return dict(sorted(out.items()))
 
 
