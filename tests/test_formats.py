@@ -13,6 +13,7 @@ from deepanalyze_env.core import protocol
 from deepanalyze_env.core.config import ConfigError, EnvConfig
 from deepanalyze_env.core.env import DeepAnalyzeEnv
 from deepanalyze_env.core.formats import FORMATS, Action, ActionFormat, get_format
+from deepanalyze_env.core.profiles import PROFILES
 from deepanalyze_env.core.tool_calls import ParsedTurn, ToolCall
 from tests.conftest import qa_extras
 
@@ -111,3 +112,24 @@ def test_act_is_only_for_a_format_that_acts_through_calls(workspace_root: Path):
 def test_the_profile_is_checked_by_the_config_itself(config):
     with pytest.raises(ConfigError, match=r"env_config\.profile must be one of v1, upstream, got .v9."):
         EnvConfig.from_any(config)
+
+
+def test_the_tools_format_reads_its_call_tags_in_the_fold():
+    """One reading (docs/design.md §6): FULLWIDTH brackets and a ZERO WIDTH SPACE around the call
+    still make a call; its JSON, and the code in it, are read as typed."""
+    call = json.dumps({"name": "run_python", "arguments": {"code": "print('\u0412')"}}, ensure_ascii=False)
+    action = get_format("tools").read(f"ran:\n\uff1ctool_call\uff1e{call}<\u200b/tool_call>\nmore", None)
+    assert (action.code, action.error, action.text) == (
+        "print('\u0412')",
+        None,
+        f"ran:\n\uff1ctool_call\uff1e{call}<\u200b/tool_call>",
+    )
+
+
+def test_the_tags_format_runs_a_look_alike_code_block_as_typed():
+    action = get_format("tags").read("<\u0421ode>\nprint('\u0415')\n</\u0421ode> more", PROFILES["v1"])
+    assert (action.code, action.text, action.end) == (
+        "print('\u0415')",
+        "<\u0421ode>\nprint('\u0415')\n</\u0421ode>",
+        None,
+    )
