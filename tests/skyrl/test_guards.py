@@ -69,6 +69,14 @@ def test_a_dead_judge_stops_the_run_even_when_some_episodes_fail_the_gate(tiny_t
         output = asyncio.run(gen.generate(gen_input, disable_tqdm=True))
     statuses = [m["status_verifier_error"] for m in output["env_metrics"]]
     assert statuses == [1.0] * 7 + [0.0]
+    # the exclusions by cause, as SkyRL logs them: the 500s are the judge call's, 7 of 8 episodes
+    logged = output["rollout_metrics"]
+    assert logged["environment/verifier_error_judge_call"] == pytest.approx(7 / 8)
+    assert (
+        logged["environment/verifier_error_judge_parse"]
+        == logged["environment/verifier_error_reward_raised"]
+        == 0.0
+    )
     assert output["env_metrics"][7]["format_ok"] == 0.0 and output["env_metrics"][7]["reward"] == -1.0
     trainer = trainer_for(cfg, tiny_tokenizer, engine, gen)
     lines = trainer_log
