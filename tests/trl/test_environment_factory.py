@@ -180,3 +180,7 @@ def test_grpo_trainer_runs_episodes_through_the_factory(
     # component means and counts reach TRL's logs, as on the rollout_func path
     assert logs["reward_components/qa_accuracy"] == pytest.approx(0.5)
     assert logs["reward_status/scored"] == 2 and logs["termination/answer"] == 2
+    # the exclusion curves exist from the first step, at 0 when nothing was excluded
+    assert [
+        logs[f"verifier_error/{c}"] for c in ("judge_parse", "context_length", "judge_call", "reward_raised")
+    ] == [0.0] * 4
