@@ -59,11 +59,15 @@ class Utf8Bytes:
 
 
 class TokenizerCount:
-    """A Hugging Face tokenizer loaded from a local folder or the local cache (never downloaded)."""
+    """A Hugging Face tokenizer loaded from a local folder or the local cache (never downloaded).
+    ``context``: the model's context length as the tokenizer states it (``model_max_length``),
+    None when it states none (transformers' huge placeholder)."""
 
     def __init__(self, tokenizer: object, ref: str):
         self._tokenizer = tokenizer
         self.name = f"counted by the tokenizer of {ref}"
+        stated = getattr(tokenizer, "model_max_length", None)
+        self.context = stated if isinstance(stated, int) and 0 < stated < 10**8 else None
 
     def count(self, text: str) -> int:
         encoded = self._tokenizer(text, add_special_tokens=False, verbose=False)  # type: ignore[operator]
@@ -106,6 +110,16 @@ def counter_for(settings: JudgeSettings) -> TokenCounter:
     if local and model and Path(model).expanduser().exists():
         return load_tokenizer(model)
     return UTF8_BYTES
+
+
+def prompt_budget(settings: JudgeSettings, counter: TokenCounter) -> int:
+    """``judge.max_prompt_tokens``, lowered to the model's context less ``max_tokens`` when the
+    tokenizer states a context (a local ``transformers`` judge has no server to refuse a longer
+    prompt: it would fail, or read it truncated)."""
+    context = getattr(counter, "context", None)
+    if context is None:
+        return settings.max_prompt_tokens
+    return max(1, min(settings.max_prompt_tokens, context - settings.max_tokens))
 
 
 @dataclass(frozen=True)

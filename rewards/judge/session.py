@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TypedDict
 
 from deepanalyze_env.core.contracts import JudgeSummary
-from rewards.judge.budget import Fitted, TokenCounter, counter_for, fit, prompt_tokens
+from rewards.judge.budget import Fitted, TokenCounter, counter_for, fit, prompt_budget, prompt_tokens
 from rewards.judge.cache import cache_key
 from rewards.judge.client import Completion, JudgeClient, Verdict
 from rewards.judge.errors import (
@@ -103,7 +103,7 @@ class JudgeSession:
         settings = self.client.settings
         fields = {name: sendable_field(value) for name, value in fields.items()}
         counter = counter_for(settings)
-        budget = settings.max_prompt_tokens
+        budget = prompt_budget(settings, counter)
         fitted = fit(rubric, fields, settings.prompt_dir, counter, budget)
         if not fitted.fits:
             raise self._too_long(rubric, fields, policy_fields, counter, budget, fitted, None)

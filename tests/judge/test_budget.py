@@ -19,7 +19,15 @@ import pytest
 from deepanalyze_env.core.env import DeepAnalyzeEnv
 from rewards.judge import JudgeConfigError, JudgeSettings, get_judge_client
 from rewards.judge.backends import context_refusal_of
-from rewards.judge.budget import FLOOR_TOKENS, TEMPLATE_MARGIN, UTF8_BYTES, counter_for, fit, water_level
+from rewards.judge.budget import (
+    FLOOR_TOKENS,
+    TEMPLATE_MARGIN,
+    UTF8_BYTES,
+    counter_for,
+    fit,
+    prompt_budget,
+    water_level,
+)
 from rewards.judge.fake_server import FakeJudgeServer
 from rewards.judge.transcript import Part, Transcript
 from tests.conftest import code, play
@@ -137,7 +145,10 @@ def word_tokenizer(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("word-tokenizer")
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", model_max_length=4096
+    )
+    fast.save_pretrained(folder)
     return folder
 
 
@@ -157,6 +168,16 @@ def test_a_named_tokenizer_counts_the_prompt(word_tokenizer: Path):
     fitted = fit("judge_analysis", fields, None, counter, 5000)
     assert fitted.fits and fitted.elided == 0
     assert fit("judge_analysis", fields, None, UTF8_BYTES, 5000).elided > 0  # the estimate elides
+
+
+def test_a_tokenizer_stating_a_context_lowers_the_budget_to_it_less_the_reply(word_tokenizer: Path):
+    """A local judge has no server to refuse a longer prompt: the tokenizer's model_max_length
+    (4,096 here) less max_tokens (1,024) caps judge.max_prompt_tokens (30,000)."""
+    local = {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "j", "max_tokens": 1024}
+    settings = JudgeSettings.from_config({**local, "tokenizer": str(word_tokenizer)})
+    assert prompt_budget(settings, counter_for(settings)) == 4096 - 1024
+    bare = JudgeSettings.from_config(local)
+    assert prompt_budget(bare, counter_for(bare)) == 30_000  # the estimate states no context
 
 
 def test_a_tokenizer_that_cannot_load_locally_fails_when_the_client_is_built(tmp_path: Path):
