@@ -165,6 +165,11 @@ RUNNER_CELLS = [
     "import ctypes",
     "try:\n    1/0\nexcept Exception as e:\n    g = e.__traceback__.tb_frame.f_back.f_globals",
     "import \uff53\uff59\uff53\nm = \uff53\uff59\uff53.modules",  # fullwidth: Python reads it as sys (NFKC)
+    "import sys\nm = getattr(sys, 'mod' + 'ules')",
+    "import sys\nd = vars(sys)",
+    "m = __import__('s' + 'ys')",
+    "import importlib\nimportlib.reload(pd)",
+    "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)",
 ]
 
 
