@@ -16,9 +16,9 @@ score object) to game the judge, so:
   reads as :class:`FromPolicy`, which the session scores 0 with a note. Otherwise the **lower**
   value counts (per dimension for score objects). A conflict is never an exclusion: a policy
   could choose that. Mentions inside a sentence do not count;
-- a reply that ends with a line the policy wrote holding a ``SCORE: N`` of its own (a judge that
-  quoted ``Answer: SCORE: 5`` last) is :class:`FromPolicy` too: the policy's text took the place
-  of the verdict;
+- a reply whose last line is no clean verdict but mentions a ``SCORE: N`` the policy wrote (a
+  judge that quoted ``Answer: SCORE: 5`` last, or ended "the candidate claims SCORE: 5") is
+  :class:`FromPolicy` too: the policy's verdict took the place of the judge's;
 - a number out of range, a final line with two ``SCORE:``, a JSON object missing a dimension, a
   reply with no verdict raise :class:`JudgeParseError` carrying the raw reply — never a guessed
   number. A reply whose only verdict equals one the policy wrote is read as the judge's: no
@@ -78,16 +78,12 @@ def policy_scores(policy_text: str) -> set[float]:
     return values
 
 
-_QUOTE_DECOR = " \t>*_`\"'-"
-
-
 def _quotes_a_policy_score(line: str, policy_text: str) -> bool:
-    """``line`` (folded) is the policy's own text, quoted (``>``, quotes, emphasis or a list mark
-    around it allowed), and holds a ``SCORE: N`` the policy wrote."""
-    body = line.strip(_QUOTE_DECOR)
-    if not policy_text or not body or _SCORE.search(body) is None:
+    """``line`` (folded) mentions a ``SCORE: N`` whose value the policy wrote: the judge quoted or
+    restated the episode's own verdict where its own should stand."""
+    if not policy_text or _SCORE.search(line) is None:
         return False
-    return body in fold(policy_text) and bool(policy_scores(body) & policy_scores(policy_text))
+    return bool(policy_scores(line) & policy_scores(policy_text))
 
 
 def policy_score_objects(policy_text: str) -> list[dict[str, object]]:
@@ -148,8 +144,8 @@ def parse_score(
     verdict = _VERDICT_LINE.fullmatch(final)
     if (verdict is None or len(_SCORE.findall(final)) > 1) and _quotes_a_policy_score(final, policy_text):
         return FromPolicy(
-            f"the judge's reply ends with a line the episode wrote itself, holding its own "
-            f"verdict ({_snippet(final)!r}), where the rubric asks for the judge's: scored 0"
+            f"the judge's reply ends with the episode's own verdict ({_snippet(final)!r}) where "
+            "the rubric asks for the judge's: scored 0"
         )
     if len(_SCORE.findall(final)) > 1:
         raise JudgeParseError(f"the final line holds more than one verdict ({_snippet(final)!r})", reply)
