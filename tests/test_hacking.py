@@ -332,6 +332,21 @@ def test_the_env_and_its_record_give_the_same_verdict(workspace_root, action_for
     assert env.get_metrics()["suspect"] == float(bool(expected))
 
 
+def test_a_stateful_cell_that_sets_a_builtin_is_flagged_live_and_in_its_record(workspace_root):
+    """``stateful_cells``: the cell runs in the worker, so what it sets on ``builtins`` reaches its
+    later cells (and the worker's own code); the watch flags it, from the env and from the
+    record alike."""
+    config = {"workspace_root": str(workspace_root), "stateful_cells": True, "executor": {"timeout_s": 5}}
+    env = DeepAnalyzeEnv(config, extras=qa_extras(reward_spec=SPEC))
+    env.init([{"role": "user", "content": "Which store?"}])
+    env.step(code("import builtins\nbuiltins.verified = True\nprint('sum')"))
+    env.step(answer_turn("B"))
+    env.close(record=False)
+    live, recorded = Watched.of_env(env), Watched.of_record(build_record(env.result()))
+    assert live == recorded
+    assert suspect_reasons(live) == ["touches_runner"]
+
+
 def test_the_trl_step_line_counts_the_rollouts_suspects(tiny_tokenizer, workspace_root):
     pytest.importorskip("trl")
     from deepanalyze_env.trainers.trl.rollout_func import DeepAnalyzeRollout, trl_prompt
