@@ -4,9 +4,12 @@ Why this exists: upstream DeepAnalyze starts one ``multiprocessing.Process`` per
 SkyRL (which forces the ``spawn`` start method) that costs hundreds of milliseconds per cell, so
 rollouts spend their time starting interpreters rather than running the policy's code. This env
 instead forks one worker per *episode* from a preloaded fork server and sends cells to it over a
-pipe (docs/design.md §12). This script measures, in one run on one machine:
+pipe; the worker runs each cell in a child it forked in advance (docs/design.md §12). This
+script measures, in one run on one machine:
 
-1. the per-cell overhead of ``env.step`` for a ``print(1)`` cell (median, p90);
+1. the per-cell overhead of ``env.step`` for a ``print(1)`` cell (median, p90, p99), back to
+   back and 20 ms apart (as generation spaces a turn's cells), and what one process per cell
+   costs in a worker of the preloaded stack (its ``fork()``, its exit until reaped);
 2. baseline A: one ``spawn`` Process per cell, the child exec'ing ``print(1)`` with stdout
    captured and sent back through a pipe (what upstream does under SkyRL);
 3. baseline B: the same under ``fork``, from a parent that has pandas imported;
@@ -53,6 +56,8 @@ REALISTIC_CODE = (
 REALISTIC_CELL = f"<Code>\n```python\n{REALISTIC_CODE}```\n</Code>"
 
 TARGET_STEP_MS = 0.5
+TARGET_SPACED_STEP_MS = 1.0
+STEP_GAP_S = 0.02
 TARGET_FORK_RATIO = 20.0
 TARGET_SPAWN_RATIO = 500.0
 TARGET_EPISODE_START_MS = 30.0
@@ -78,10 +83,12 @@ VERSIONED = (
 def ms_stats(samples_s: list[float]) -> dict[str, float]:
     ms = sorted(s * 1000.0 for s in samples_s)
     p90_index = max(0, math.ceil(0.9 * len(ms)) - 1)  # nearest rank
+    p99_index = max(0, math.ceil(0.99 * len(ms)) - 1)
     return {
         "n": len(ms),
         "median_ms": statistics.median(ms),
         "p90_ms": ms[p90_index],
+        "p99_ms": ms[p99_index],
         "min_ms": ms[0],
         "max_ms": ms[-1],
     }
@@ -237,6 +244,17 @@ def measure_env(workspace_root: Path, cells: int, episodes: int, realistic: int)
             raise RuntimeError(f"print(1) cell failed: {out}")
     results["step_print"] = ms_stats(step_times)
     results["kernel_run_print"] = ms_stats(kernel_times)
+    # In training a turn's generation separates a cell from the next: the worker has its next
+    # cell's process forked by then. Steps 20 ms apart model that (generation takes far longer).
+    spaced_steps: list[float] = []
+    for _ in range(cells):
+        time.sleep(STEP_GAP_S)
+        t0 = time.perf_counter()
+        out = env.step(PRINT_CELL)
+        spaced_steps.append(time.perf_counter() - t0)
+        if out["metadata"]["exec"]["status"] != "ok":
+            raise RuntimeError(f"print(1) cell failed: {out}")
+    results["step_print_spaced"] = ms_stats(spaced_steps)
     if env.kernel.restarts:
         raise RuntimeError("the worker restarted during the print(1) loop")
 
@@ -251,6 +269,13 @@ def measure_env(workspace_root: Path, cells: int, episodes: int, realistic: int)
         checked_step(env, REALISTIC_CELL)
         real_times.append(time.perf_counter() - t0)
     results["step_realistic"] = ms_stats(real_times)
+    spaced_real: list[float] = []
+    for _ in range(realistic):
+        time.sleep(STEP_GAP_S)
+        t0 = time.perf_counter()
+        checked_step(env, REALISTIC_CELL)
+        spaced_real.append(time.perf_counter() - t0)
+    results["step_realistic_spaced"] = ms_stats(spaced_real)
     env.close()
     return results
 
@@ -274,6 +299,57 @@ def episode_start_parts(workspace_root: Path, samples: int) -> dict[str, Any]:
         copies.append(t1 - t0)
         forks.append(t2 - t1)
     return {"workspace_copy": ms_stats(copies), "worker_fork": ms_stats(forks)}
+
+
+CELL_PROCESS_PROBE = """
+import gc, importlib, os, sys, time
+import matplotlib
+matplotlib.use("Agg")
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+gc.collect()
+gc.freeze()
+forks, ends = [], []
+if os.fork() == 0:  # a worker: a fork of the preloaded process, as the fork server makes them
+    for _ in range(60):
+        r, w = os.pipe()
+        t0 = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            os.read(r, 1)
+            os._exit(0)
+        t1 = time.perf_counter()
+        os.write(w, b"x")
+        os.waitpid(pid, 0)
+        t2 = time.perf_counter()
+        os.close(r)
+        os.close(w)
+        forks.append(t1 - t0)
+        ends.append(t2 - t1)
+    print(repr((forks[10:], ends[10:])))
+    sys.stdout.flush()
+    os._exit(0)
+os.wait()
+"""
+
+
+def measure_cell_process() -> dict[str, Any]:
+    """What one process per cell costs in a worker of the preloaded stack: ``fork()`` of the
+    worker (page tables of its anonymous memory), and the child's exit until it is reaped (the
+    same memory torn down), with the kernel stack imported as the fork server imports it."""
+    import ast
+    import subprocess
+
+    from tools.fork_server import DEFAULT_PRELOAD
+
+    done = subprocess.run(
+        [sys.executable, "-c", CELL_PROCESS_PROBE, *DEFAULT_PRELOAD],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    forks, ends = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    return {"cell_fork": ms_stats(forks), "cell_exit_reap": ms_stats(ends)}
 
 
 def measure_server_start() -> float:
@@ -331,7 +407,21 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             f"<= {TARGET_STEP_MS} ms",
             verdict(step <= TARGET_STEP_MS),
         ),
-        ("env.step print(1) p90", f"{r['step_print']['p90_ms']:.3f} ms", "", ""),
+        (
+            "env.step print(1) p90 / p99",
+            f"{r['step_print']['p90_ms']:.3f} / {r['step_print']['p99_ms']:.3f} ms",
+            "",
+            "",
+        ),
+        (
+            "env.step print(1), 20 ms apart, median",
+            f"{r['step_print_spaced']['median_ms']:.3f} ms",
+            f"<= {TARGET_SPACED_STEP_MS} ms",
+            verdict(r["step_print_spaced"]["median_ms"] <= TARGET_SPACED_STEP_MS),
+        ),
+        ("env.step print(1), 20 ms apart, p99", f"{r['step_print_spaced']['p99_ms']:.3f} ms", "", ""),
+        ("fork of a worker (per-cell process) median", f"{r['cell_fork']['median_ms']:.2f} ms", "", ""),
+        ("its exit until reaped, median", f"{r['cell_exit_reap']['median_ms']:.2f} ms", "", ""),
         ("  of which kernel.run median", f"{r['kernel_run_print']['median_ms']:.3f} ms", "", ""),
         ("fork per cell median (pandas parent)", f"{fork:.2f} ms", "", ""),
         ("spawn per cell median", f"{spawn:.1f} ms", "", ""),
@@ -385,6 +475,7 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ),
         ("realistic cell median (warm worker)", f"{r['step_realistic']['median_ms']:.2f} ms", "", ""),
         ("realistic cell, first in the worker", f"{r['realistic_first_ms']:.2f} ms", "", ""),
+        ("realistic cell, 20 ms apart, median", f"{r['step_realistic_spaced']['median_ms']:.2f} ms", "", ""),
     ]
 
 
@@ -430,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print("env: episodes, cells, memory ...", flush=True)
         results.update(measure_env(workspace_root, args.cells, args.episodes, args.realistic))
+        print("per-cell process: fork and exit of a worker ...", flush=True)
+        results.update(measure_cell_process())
         print("fork server: fresh start ...", flush=True)
         results["server_start_ms"] = measure_server_start()
     finally:

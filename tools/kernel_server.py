@@ -375,6 +375,7 @@ class _CellChild:
         self.code_w = code_w
         self.out_r = out_r
         self.status_r = status_r
+        os.set_blocking(status_r, False)  # a grandchild may hold its write end past the child
         self.pidfd = os.pidfd_open(pid)
 
     def close(self) -> None:
@@ -450,20 +451,23 @@ def _relay(src: int, dst: int) -> bool:
 def _await_cell(child: _CellChild) -> tuple[str, str | None]:
     """Relay the child's output until it reported its cell or died: (status, error type)."""
     poller = select.poll()
-    for fd in (child.out_r, child.status_r, child.pidfd):
+    watched = {child.out_r, child.status_r, child.pidfd}
+    for fd in watched:
         poller.register(fd, select.POLLIN)
     record = b""
     while True:
         ready = {fd for fd, _ in poller.poll()}
         if child.out_r in ready and not _relay(child.out_r, 1):
             poller.unregister(child.out_r)
+            watched.discard(child.out_r)
         if child.status_r in ready or child.pidfd in ready:
             try:
                 data = os.read(child.status_r, STATUS_MAX_BYTES + 1)
             except BlockingIOError:
                 data = None
-            if data == b"":
+            if data == b"" and child.status_r in watched:
                 poller.unregister(child.status_r)
+                watched.discard(child.status_r)
             record += data or b""
             if b"\n" in record or len(record) > STATUS_MAX_BYTES:
                 return _parse_status(record)
@@ -532,8 +536,9 @@ def _drain(src: int, dst: int) -> None:
                 return
 
 
-def _run_in_child(child: _CellChild, code: str, pid_ns: bool) -> dict:
-    """One cell in ``child``; returns the reply (without ``seq``)."""
+def _run_in_child(child: _CellChild, code: str, pid_ns: bool) -> tuple[dict, set[int]]:
+    """One cell in ``child``: the reply (without ``seq``) and the cell's processes still to
+    reap (in a PID namespace: all killed, none able to run or fork any more)."""
     data = code.encode("utf-8", errors="surrogateescape")
     try:
         view = memoryview(data)
@@ -544,11 +549,14 @@ def _run_in_child(child: _CellChild, code: str, pid_ns: bool) -> dict:
     os.close(child.code_w)
     child.code_w = -1
     status, error_type = _await_cell(child)
+    doomed: set[int] = set()
     if pid_ns:
         # From the namespace's init, one kill(-1) leaves no process of the cell that can run
-        # another instruction or fork: they are reaped after the reply, before the next child.
-        leftovers = len([p for p in _cell_processes(True) if p != child.pid])
+        # another instruction or fork (a fork racing it fails): listed after it, the set is
+        # complete. They are reaped after the reply, while their memory is torn down.
         _kill_cell_processes(True)
+        doomed = set(_cell_processes(True))
+        leftovers = len(doomed - {child.pid})
     else:
         leftovers = max(0, _reap_cell(False) - 1)  # every one of them is gone before the reply
     # What the pipe holds now is the cell's; a write still in flight in a dying process lands
@@ -558,7 +566,30 @@ def _run_in_child(child: _CellChild, code: str, pid_ns: bool) -> dict:
     reply: dict = {"status": status, "error_type": error_type}
     if leftovers:
         reply["leftovers"] = leftovers
-    return reply
+    return reply, doomed
+
+
+def _reap_doomed(doomed: set[int], spare: _CellChild) -> bool:
+    """Reap the killed processes of the last cell (their exit tears down their memory, ~6 ms
+    for a cell's process, while the next child is already forked); False if the spare itself
+    died meanwhile (killed from outside the episode)."""
+    alive = True
+    doomed.discard(spare.pid)
+    while doomed:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return alive
+            if pid == 0:
+                break
+            doomed.discard(pid)
+            alive = alive and pid != spare.pid
+        # One reaped by its own (dying) parent, which ignored SIGCHLD, never comes here.
+        doomed = {p for p in doomed if os.path.exists(f"/proc/{p}")}
+        if doomed:
+            time.sleep(0.0005)
+    return alive
 
 
 def _serve_cell_processes(conn: socket.socket, workspace: str, pid_ns: bool) -> None:
@@ -567,11 +598,15 @@ def _serve_cell_processes(conn: socket.socket, workspace: str, pid_ns: bool) -> 
         msg = recv_msg(conn)
         if msg is None or msg.get("op") != "cell":
             return
-        reply = _run_in_child(spare, msg["code"], pid_ns)
+        reply, doomed = _run_in_child(spare, msg["code"], pid_ns)
         reply["seq"] = msg.get("seq")
         send_msg(conn, reply)
-        _reap_cell(pid_ns)  # before the next child exists: nothing of this cell runs on
+        # Nothing of the cell can run on (killed, or reaped without a namespace): the next
+        # child is forked from this clean process at once, then the dead are reaped.
         spare = _fork_cell_child(workspace)
+        if not _reap_doomed(doomed, spare):
+            spare.close()
+            spare = _fork_cell_child(workspace)
 
 
 # ----------------------------------------------------------------------------- server side
