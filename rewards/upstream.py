@@ -25,12 +25,20 @@ from dataclasses import dataclass
 
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.contracts import JsonValue
+from rewards.judge.errors import JudgeError
 from rewards.judge.parse import DIMENSIONS
 from rewards.plan import FORMAT_GATE, GATE_PENALTY, Failure, RewardContext, RewardOutcome
 from rewards.registry import RewardSpecError, resolve
 
 GATE_TAGS = protocol.GATE_TAGS  # the same four tags; upstream reads them over the whole history
 _ANSWER = re.compile(r"<Answer>(.*?)</Answer>", re.DOTALL)
+# The fields of each judge's prompt that the episode wrote: a failure their text causes (too long
+# for the judge, a verdict of its own read back) is the policy's and scores 0 (docs/design.md §6).
+_POLICY_FIELDS = {
+    "judge_analysis": ("trajectory",),
+    "judge_accuracy": ("candidate",),
+    "judge_opendomain": ("candidate",),
+}
 
 
 def upstream_answer(history: str) -> str:
@@ -168,7 +176,11 @@ class UpstreamPlan:
         try:
             if ctx.judge is None:
                 raise RuntimeError(f"{name} needs a judge but none was configured (env_config.judge)")
-            verdict = await ctx.judge.evaluate(name, fields)
+            verdict = await ctx.judge.evaluate(name, fields, policy_fields=_POLICY_FIELDS[name])
+        except JudgeError as exc:
+            if not exc.policy_caused:  # the judge's or the task's fault: flagged, not a real 0
+                errors.append(Failure.raised(name, exc))
+            return zero  # the episode's own text made the call fail: its 0, scored (as in v1)
         except Exception as exc:
             errors.append(Failure.raised(name, exc))
             return zero
