@@ -25,7 +25,8 @@ def answer(text: str) -> str:
 
 TASKS = [  # id, family, difficulty, good turns, bad turns (truth is always "B")
     ("q1", "retail", "easy", [CODE, answer("B")], [answer("A")]),  # 1 and 0
-    ("q2", "retail", "hard", [answer("B")], ["no tags at all"]),  # 1 and a failed gate (-1) at max_turns
+    # 1, and a failed gate (-1): a message without a stop tag ends the episode (eos), as in training
+    ("q2", "retail", "hard", [answer("B")], ["no tags at all"]),
     ("q3", "clinic", "easy", [answer("C")], [answer("C")]),  # 0 and 0
 ]
 
@@ -82,8 +83,8 @@ def test_report_numbers_equal_hand_computed_values(scripted_eval):
     assert o["components"]["qa_accuracy"] == pytest.approx(2 / 5)  # over the 5 scored episodes that have it
     assert o["components"]["format_gate"] == -1.0
     assert o["status_rates"] == {"scored": 1.0}
-    assert o["termination_rates"] == {"answer": pytest.approx(5 / 6), "max_turns": pytest.approx(1 / 6)}
-    assert o["turns_mean"] == pytest.approx(8 / 6) and o["turns_max"] == 2
+    assert o["termination_rates"] == {"answer": pytest.approx(5 / 6), "eos": pytest.approx(1 / 6)}
+    assert o["turns_mean"] == pytest.approx(7 / 6) and o["turns_max"] == 2  # turns 2, 1 | 1, 1 | 1, 1
     assert o["completion_tokens_mean"] is None  # the scripted policy reports no usage
     family = report["breakdowns"]["family"]
     assert family["retail"]["reward_mean"] == pytest.approx(0.25)

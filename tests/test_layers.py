@@ -170,7 +170,7 @@ OWNED_NAMES = {
     "stop_candidates": "deepanalyze_env/generation/turn_end.py",
     "turn_stops": "deepanalyze_env/generation/turn_end.py",
     "TurnStops": "deepanalyze_env/generation/turn_end.py",
-    "TurnEnd": "deepanalyze_env/generation/turn_end.py",
+    "TurnEnd": "deepanalyze_env/core/driver.py",
     "trainable": "deepanalyze_env/core/contracts.py",
     "numbers_equal": "rewards/normalize.py",
     "dabench_equal": "rewards/normalize.py",

@@ -16,7 +16,14 @@ import pytest
 from deepanalyze_env.cli import main
 from deepanalyze_env.core.records import episode_id, read_records
 from deepanalyze_env.core.tasks import load_rows
-from deepanalyze_env.offline.policies import PolicyTurn, TurnContext, close_open_tag, continue_layout
+from deepanalyze_env.offline.policies import (
+    PolicyTurn,
+    ScriptedPolicy,
+    TurnContext,
+    close_open_tag,
+    continue_layout,
+    openai_turn_end,
+)
 from deepanalyze_env.offline.rollout import plan_jobs, run_jobs
 from rewards.judge.fake_server import FakeJudgeServer, Reply
 from tests.conftest import ROOT
@@ -201,6 +208,92 @@ def test_stop_string_is_put_back_only_where_one_is_missing():
     assert close_open_tag("<Code>x</Code><Answer>B") == "<Code>x</Code><Answer>B</Answer>"
     assert close_open_tag("<Code>x", "</Code>") == "<Code>x</Code>"  # vLLM's stop_reason
     assert close_open_tag("just talk") == "just talk"  # a natural end of turn
+
+
+def test_a_teacher_reply_that_ends_its_message_ends_the_episode_after_one_call(
+    tmp_path: Path, workspace_root: Path, judge
+):
+    """Issue 53's "done when": ``finish_reason: "stop"`` with no stop string matched is the end of
+    the message, the game GRPO trains: the episode ends there (``eos``), not after max_turns calls."""
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1, method="qa_plain")
+    out = tmp_path / "run"
+    with FakeJudgeServer(Reply(text="<Analyze>I think it is B.</Analyze>\nNothing more to run.")) as teacher:
+        assert main(teacher_args(tasks, workspace_root, out, teacher, judge)) == 0
+        assert teacher.calls == 1
+    [record] = read_records(out / "episodes.jsonl")
+    assert record["termination"] == "eos" and record["turns"] == 1
+    assert record["reward_status"] == "scored" and record["reward"] == -1.0  # no answer: the gate fails
+    assert record["usage"]["per_turn"][0]["finish_reason"] == "stop"
+
+
+def test_a_teacher_reply_cut_by_max_tokens_is_stepped_as_it_stands(
+    tmp_path: Path, workspace_root: Path, judge
+):
+    """``finish_reason: "length"``: the turn's own limit, stepped (a no-code turn), as the TRL rollout
+    steps a turn cut by ``max_turn_tokens``; the episode goes on to the answer."""
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1, method="qa_plain")
+    out = tmp_path / "run"
+    with FakeJudgeServer(Reply(text="<Analyze>Let me think about", finish_reason="length")) as teacher:
+        teacher.script(Reply(text=TEACHER_ANSWER), match="<Execute>")
+        assert main(teacher_args(tasks, workspace_root, out, teacher, judge)) == 0
+        assert teacher.calls == 2
+    [record] = read_records(out / "episodes.jsonl")
+    assert record["termination"] == "answer" and record["turns"] == 2
+    assert [e["status"] for e in record["exec"]] == ["no_code"] and record["reward"] == 1.0
+    assert [u["finish_reason"] for u in record["usage"]["per_turn"]] == ["length", "stop"]
+
+
+@pytest.mark.parametrize(
+    ("text", "finish", "extra", "expected"),
+    [
+        ("<Code>x", "stop", {}, ("<Code>x</Code>", "stop")),  # a swallowed stop string, put back
+        ("<Code>x</Code>", "stop", {}, ("<Code>x</Code>", "stop")),  # a server that keeps it
+        ("I am done.", "stop", {}, ("I am done.", "eos")),  # nothing open, no stop string: message end
+        ("<Code>x", "stop", {"stop_reason": "</Code>"}, ("<Code>x</Code>", "stop")),  # vLLM names it
+        ("<Code>x", "stop", {"stop_reason": None}, ("<Code>x", "eos")),  # vLLM: an EOS, no tag to add
+        ("<Code>x", "stop", {"stop_reason": 151645}, ("<Code>x", "eos")),  # vLLM: a stop token id
+        ("<Code>x", "length", {}, ("<Code>x", "length")),  # max_tokens: nothing put back
+        ('\n<tool_call>\n{"name": "run_python"}\n</tool_call>', "tool_calls", {}, None),  # the call ends it
+        ("I can't help", "content_filter", {}, ("I can't help", "eos")),  # the server ended the message
+    ],
+)
+def test_a_teachers_finish_reason_maps_to_the_token_engines_turn_ends(text, finish, extra, expected):
+    if expected is None:
+        expected = (text, "stop")
+    assert openai_turn_end(text, finish, extra) == expected
+
+
+def test_a_teachers_tool_call_is_a_turn_that_ended_at_its_call():
+    """A chat server that answers with a structured call (``finish_reason: "tool_calls"``): the call
+    is written as hermes text, the text the tools format reads, and the turn ended there (stop); its
+    plain reply after the script ends its message (eos)."""
+    from deepanalyze_env.offline.policies import OpenAIPolicy
+    from tests.serve.fake_openai import FakeToolModel
+
+    with FakeToolModel({"Which store": [("run_python", {"code": "print(1)"})]}) as model:
+        policy = OpenAIPolicy(model="m", base_url=model.url, max_retries=0)
+        prompt = [{"role": "user", "content": "Which store?"}]
+        first = policy.act(TurnContext("e", "t", None, 0, prompt, 1))
+        result = {"role": "tool", "name": "run_python", "content": "1"}
+        second = policy.act(
+            TurnContext("e", "t", None, 1, [*prompt, {"role": "assistant", "content": ""}, result], 1)
+        )
+    assert first.finish_reason == "tool_calls" and first.end == "stop"
+    assert (
+        first.text.strip()
+        == '<tool_call>\n{"name": "run_python", "arguments": {"code": "print(1)"}}\n</tool_call>'
+    )
+    assert (second.text, second.finish_reason, second.end) == ("I am done.", "stop", "eos")
+
+
+def test_a_scripted_turn_ends_at_its_stop_string_or_else_at_the_end_of_its_message():
+    scripts = {("t", "good"): ["<Analyze>a</Analyze>\n<Code>\nprint(1)\n</Code>", "no tags at all"]}
+    tags, tools = ScriptedPolicy(scripts), ScriptedPolicy(scripts, action_format="tools")
+    ends = [tags.act(TurnContext("e", "t", "good", k, [], 0)).end for k in range(3)]
+    assert ends == ["stop", "eos", "eos"]  # past its script the policy's empty message ends it too
+    turn = tools.act(TurnContext("e", "t", "good", 0, [], 0))
+    assert turn.end == "stop" and turn.text.endswith("</tool_call>")  # the cell as a closed call
+    assert tools.act(TurnContext("e", "t", "good", 1, [], 0)).end == "eos"  # free text: no call
 
 
 def test_stop_leaves_no_record_for_episodes_in_flight(tmp_path: Path, workspace_root: Path):

@@ -26,16 +26,12 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from deepanalyze_env.core import protocol
+from deepanalyze_env.core.driver import TurnEnd  # the contract; engine and trainers import it from here too
 from deepanalyze_env.core.formats import get_format
 from deepanalyze_env.generation.interfaces import Tokenizer
 from deepanalyze_env.generation.tag_tokens import tag_stop_ids
-
-TurnEnd = Literal["stop", "eos", "length"]
-"""``stop``: a stop tag completed; ``eos``: an end-of-sequence token came first; ``length``: the
-turn's token limit came first."""
 
 STOP_TAGS = protocol.STOP_TAGS
 _TAIL = max(len(tag) for tag in STOP_TAGS) + 1  # a tag of n characters spans at most n tokens
@@ -119,3 +115,14 @@ def split_turn(tokenizer: Tokenizer, ids: Sequence[int], eos: Iterable[int]) -> 
         if token in ends:
             return i + 1, "eos"
     return len(ids), "length"
+
+
+def text_turn_end(text: str, action_format: str = "tags", *, cut: bool = False) -> TurnEnd:
+    """How a turn that reached us as text ended (a sampler that stops by itself, a scripted or
+    remote turn), by :func:`split_turn`'s rule: ``stop`` when the text holds one of its format's
+    stop strings (a sampler stops at the first; a tool call closed before the template's
+    end-of-message token still counts), else ``length`` when a token limit cut it (``cut``), else
+    ``eos``: the message ended without a stop string."""
+    if any(stop in text for stop in get_format(action_format).stop_strings):
+        return "stop"
+    return "length" if cut else "eos"

@@ -9,6 +9,13 @@ A policy maps the conversation so far to the next assistant turn. Three kinds:
   stop string, so it is put back, and token usage is reported for the record;
 - ``transformers`` runs a local model (default: the embedded SmolLM2) with the same stop strings.
 
+Every turn says how it ended (:attr:`PolicyTurn.end`, the driver's ``TurnEnd``,
+``core/driver.py``), mapped onto the ends the TRL rollout reads from tokens, so an evaluated
+episode is the game GRPO trains: a turn that reached a stop string is ``stop``; one whose
+message ended without one (a teacher's ``finish_reason: "stop"`` with no stop string matched,
+an EOS, a scripted turn without a closing tag) is ``eos`` and ends the episode; one cut by
+``max_tokens`` is ``length``.
+
 Policies are called from several threads at once (``--concurrency``); each keeps its own
 thread-safety (the HTTP client is thread-safe; a local model batches the waiting turns into one
 round of the KV-cache engine, ``generation/engine.py``).
@@ -17,6 +24,7 @@ round of the KV-cache engine, ``generation/engine.py``).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -27,8 +35,9 @@ from typing import Any, Protocol
 
 from deepanalyze_env.core import protocol
 from deepanalyze_env.core.config import ConfigError
+from deepanalyze_env.core.driver import TurnEnd
 from deepanalyze_env.core.tasks import read_jsonl
-from deepanalyze_env.generation.turn_end import turn_stops
+from deepanalyze_env.generation.turn_end import split_turn, text_turn_end, turn_stops
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +64,14 @@ class TurnContext:
 
 @dataclass
 class PolicyTurn:
-    """One generated turn: its text, token usage when the backend reports it, and why it stopped."""
+    """One generated turn: its text, token usage when the backend reports it, why the backend says
+    it stopped, and how the turn ended as the episode driver reads it (None: the policy did not
+    say; the rollout reads it from the text, ``generation.turn_end.text_turn_end``)."""
 
     text: str
     usage: dict[str, int] | None = None  # {"prompt_tokens", "completion_tokens"} when known
     finish_reason: str | None = None
+    end: TurnEnd | None = None
 
 
 class PolicyError(RuntimeError):
@@ -130,13 +142,16 @@ class ScriptedPolicy:
         script = self.scripts.get((ctx.task_id, ctx.label or "good"))
         if script is None:
             raise ConfigError(f"no scripted trajectory for task {ctx.task_id!r} label {ctx.label!r}")
-        # Past the end of its script the policy says nothing; the env's max_turns ends it.
+        # Past the end of its script the policy says nothing: an empty message, which ends the
+        # episode (eos) as a model's immediate end-of-sequence token would.
         turn = script[ctx.turn] if ctx.turn < len(script) else ""
         if self.action_format == "tools" and turn:
             from deepanalyze_env.core.tool_calls import from_tags
 
             turn = from_tags(turn)
-        return PolicyTurn(turn)
+        # A scripted turn is a whole message: one that holds its format's stop string ended there
+        # (stop); one without it is a message that ended without a stop string (eos).
+        return PolicyTurn(turn, end=text_turn_end(turn, self.action_format))
 
 
 # ---------------------------------------------------------------------------- openai
@@ -202,18 +217,59 @@ class OpenAIPolicy:
         if not response.choices:
             raise PolicyError(f"openai policy {self.model!r}: the response has no choices")
         choice = response.choices[0]
-        text = choice.message.content or ""
         finish = choice.finish_reason
-        if finish == "stop":
-            hint = (choice.model_extra or {}).get("stop_reason")
-            text = close_open_tag(text, hint if isinstance(hint, str) else None)
+        text, end = openai_turn_end(
+            (choice.message.content or "") + tool_call_text(choice.message.tool_calls),
+            finish,
+            choice.model_extra or {},
+        )
         usage = None
         if response.usage is not None:
             usage = {
                 "prompt_tokens": int(response.usage.prompt_tokens or 0),
                 "completion_tokens": int(response.usage.completion_tokens or 0),
             }
-        return PolicyTurn(text, usage, finish)
+        return PolicyTurn(text, usage, finish, end)
+
+
+def openai_turn_end(text: str, finish: str | None, extra: dict[str, object]) -> tuple[str, TurnEnd]:
+    """A chat completion's text (stop string put back) and how its turn ended, by the token
+    engine's ends: ``length`` → ``length``; ``tool_calls`` → ``stop`` (the call closed the turn,
+    as ``</tool_call>`` does); ``stop`` → ``stop`` when a stop string matched, ``eos`` when the
+    message ended by itself. vLLM names the match (``stop_reason``: the string; None or a token
+    id for an end-of-sequence token); without it a reply that leaves a block open had its
+    closing tag swallowed (``close_open_tag``), and one that holds no stop string after that
+    ended its message. Any other reason (``content_filter``) ended the message: ``eos``."""
+    if finish == "length":
+        return text, "length"
+    if finish in ("tool_calls", "function_call"):
+        return text, "stop"
+    if finish != "stop":
+        return text, "eos"
+    if "stop_reason" in extra:
+        hint = extra["stop_reason"]
+        if isinstance(hint, str) and hint in turn_stops().strings:
+            return close_open_tag(text, hint), "stop"
+        return text, "eos"
+    text = close_open_tag(text)
+    return text, text_turn_end(text)
+
+
+def tool_call_text(calls: Iterable[object] | None) -> str:
+    """A completion's structured tool calls written as hermes text (``core/tool_calls.py``), the
+    first one only (a turn is one call): what the tools format reads from a turn's text. An
+    invalid call keeps its name and arguments as sent, so the env records why it fails."""
+    from deepanalyze_env.core import tool_calls
+
+    for call in calls or []:  # the openai client's tool-call objects
+        function = getattr(call, "function", None)
+        name, arguments = getattr(function, "name", None), getattr(function, "arguments", None)
+        checked = tool_calls.check_call(name, arguments)
+        if isinstance(checked, tool_calls.ToolCall):
+            return "\n" + tool_calls.render_call(checked)
+        payload = json.dumps({"name": name, "arguments": arguments}, default=str)
+        return f"\n{tool_calls.CALL_OPEN}{payload}{tool_calls.CALL_CLOSE}"
+    return ""
 
 
 # ---------------------------------------------------------------------------- transformers
@@ -396,6 +452,11 @@ class TransformersPolicy:
             self._finish(r, list(out.ids), pad_id)
 
     def _finish(self, r: _Request, row: list[int], pad_id: int) -> None:
+        # how the turn ended, read from its ids before padding goes (a pad that is the EOS id
+        # is the EOS that stopped the row): the TRL rollout's split_turn
+        eos = set(self._engine.eos_ids)
+        _, end = split_turn(self._tok, row, eos)
+        cut = not any(token in eos for token in row)  # neither EOS nor (a pad that is) EOS came
         while row and row[-1] == pad_id:  # a row that stopped early is padded to the longest
             row.pop()
         text = self._tok.decode(row, skip_special_tokens=True)
@@ -403,10 +464,14 @@ class TransformersPolicy:
             from deepanalyze_env.core.tool_calls import truncate
 
             text = truncate(text)
+            # a tools turn ends at the end-of-message token; one that holds a closed call ended at
+            # its call (stop, as under a sampler stopped at ``</tool_call>``)
+            end = text_turn_end(text, "tools", cut=cut)
         else:
             text = protocol.truncate_action(text)
-        finish = "length" if len(row) >= self.max_tokens else "stop"
-        r.result = PolicyTurn(text, {"prompt_tokens": len(r.ids), "completion_tokens": len(row)}, finish)
+        finish = "length" if end == "length" else "stop"
+        usage = {"prompt_tokens": len(r.ids), "completion_tokens": len(row)}
+        r.result = PolicyTurn(text, usage, finish, end)
 
     def _generate_reread(self, batch: list[_Request]) -> None:
         """One left-padded ``generate`` over the whole conversations (the reference path)."""

@@ -1,4 +1,5 @@
-"""Run whole episodes outside a trainer: jobs with deterministic ids, the step loop, a thread pool.
+"""Run whole episodes outside a trainer: jobs with deterministic ids, a policy as the episode
+driver's turn source (``core/driver.py``: the one loop, the one mapping of turn ends), a thread pool.
 
 The env writes each finished episode's record on ``close()`` (one ``O_APPEND`` write), so a
 run killed at any moment loses only the episodes in flight. An episode the policy could not
@@ -14,14 +15,19 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from deepanalyze_env.core.config import ConfigError
-from deepanalyze_env.core.contracts import FinalMetadata, JsonObject, JsonValue
+from deepanalyze_env.core.contracts import ChatMessage, FinalMetadata, JsonObject, JsonValue
+from deepanalyze_env.core.driver import Turn, play
 from deepanalyze_env.core.env import DeepAnalyzeEnv
 from deepanalyze_env.core.records import episode_id
 from deepanalyze_env.core.tasks import env_extras
+from deepanalyze_env.generation.turn_end import text_turn_end
 from deepanalyze_env.offline.policies import Policy, PolicyError, PolicyTurn, TurnContext
+
+if TYPE_CHECKING:
+    from skyrl_gym.envs.base_text_env import BaseTextEnvStepOutput
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +123,51 @@ def _add_usage(total: EpisodeUsage, turn: PolicyTurn) -> None:
             total[key] = total.get(key, 0) + int(turn.usage.get(key, 0))
 
 
+@dataclass
+class PolicyTurns:
+    """A policy as the episode driver's turn source (``core/driver.py``): the conversation the
+    policy is shown, one :class:`TurnContext` per turn, usage and time kept for the record. A
+    turn whose policy did not say how it ended is read from its text (``text_turn_end``)."""
+
+    policy: Policy
+    job: EpisodeJob
+    messages: list[ChatMessage]
+    action_format: str = "tags"
+    stop: threading.Event | None = None
+    prompt_len: int = 0
+    turn: int = 0
+    usage: EpisodeUsage = field(default_factory=lambda: EpisodeUsage(per_turn=[]))
+    policy_s: float = 0.0
+    _last: str = ""
+
+    def __post_init__(self) -> None:
+        self.prompt_len = len(self.messages)
+
+    def __call__(self, previous: BaseTextEnvStepOutput | None) -> Turn:
+        if previous is not None:  # the last turn as the env kept it, then what it showed
+            kept = previous["postprocessed_action"]  # None: the action was kept whole
+            self.messages = [
+                *self.messages,
+                {"role": "assistant", "content": self._last if kept is None else kept},
+            ]
+            self.messages.extend(previous["observations"])
+            self.turn += 1
+        if self.stop is not None and self.stop.is_set():
+            raise Interrupted()
+        job = self.job
+        ctx = TurnContext(
+            job.episode_id, job.task_id, job.label, self.turn, list(self.messages), self.prompt_len
+        )
+        t0 = time.monotonic()
+        action = self.policy.act(ctx)
+        self.policy_s += time.monotonic() - t0
+        if isinstance(action, str):
+            action = PolicyTurn(action)
+        _add_usage(self.usage, action)
+        self._last = action.text
+        return Turn(action.text, action.end or text_turn_end(action.text, self.action_format))
+
+
 def run_episode(
     env_config: JsonObject,
     job: EpisodeJob | JsonObject,
@@ -144,41 +195,23 @@ def run_episode(
             job.task_id, job.label, None, error=str(exc), episode_id=job.episode_id, failure="config_error"
         )
     finished = False
-    usage = EpisodeUsage(per_turn=[])
-    policy_s = 0.0
     try:
         messages, _ = env.init(job.row["prompt"])
-        prompt_len = len(messages)
-        turn = 0
-        while True:
-            if stop is not None and stop.is_set():
-                raise Interrupted()
-            ctx = TurnContext(job.episode_id, job.task_id, job.label, turn, list(messages), prompt_len)
-            t0 = time.monotonic()
-            action = policy.act(ctx)
-            policy_s += time.monotonic() - t0
-            if isinstance(action, str):
-                action = PolicyTurn(action)
-            _add_usage(usage, action)
-            out = env.step(action.text)
-            kept = out["postprocessed_action"]  # None: the action was kept whole
-            messages = [*messages, {"role": "assistant", "content": action.text if kept is None else kept}]
-            messages.extend(out["observations"])
-            turn += 1
-            if out["done"]:
-                finished = True
-                if any(u is not None for u in usage["per_turn"]):
-                    env.extras["usage"] = usage
-                env.timings["policy_ms"] = policy_s * 1000.0
-                env.timings["episode_ms"] = (time.monotonic() - start) * 1000.0
-                return EpisodeOutcome(
-                    job.task_id,
-                    job.label,
-                    out["reward"],
-                    dict(out["metadata"]),
-                    seconds=time.monotonic() - start,
-                    episode_id=job.episode_id,
-                )
+        turns = PolicyTurns(policy, job, messages, env.config.action_format, stop)
+        out = play(env, turns)
+        finished = True
+        if any(u is not None for u in turns.usage["per_turn"]):
+            env.extras["usage"] = turns.usage
+        env.timings["policy_ms"] = turns.policy_s * 1000.0
+        env.timings["episode_ms"] = (time.monotonic() - start) * 1000.0
+        return EpisodeOutcome(
+            job.task_id,
+            job.label,
+            out["reward"],
+            dict(out["metadata"]),
+            seconds=time.monotonic() - start,
+            episode_id=job.episode_id,
+        )
     except Interrupted:
         return EpisodeOutcome(job.task_id, job.label, None, episode_id=job.episode_id, failure="interrupted")
     except (PolicyError, ConfigError) as exc:

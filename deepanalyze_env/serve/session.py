@@ -3,7 +3,8 @@
 A client outside this process (an MCP client, an OpenEnv client, an agent run by ``collect``)
 plays an episode through the tool-calling action format's own tools, ``run_python(code)`` and
 ``submit_answer(answer)`` (:mod:`deepanalyze_env.core.tool_calls`): each call is one policy
-turn handed to ``DeepAnalyzeEnv.act``, so a served episode is scored by the same code, the same
+turn that ended at its call, played by the episode driver (``core/driver.py``:
+``DeepAnalyzeEnv.act``), so a served episode is scored by the same code, the same
 reward plan and the same gate as one played in-process, and its record is an ordinary record.
 
 What the server trusts: nothing the client sends. A call's name and arguments go through the
@@ -30,6 +31,7 @@ from skyrl_gym.envs.base_text_env import BaseTextEnvStepOutput
 
 from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.contracts import ExecStatus, Gate, JsonObject, JsonValue, RewardStatus, Termination
+from deepanalyze_env.core.driver import Turn, apply_turn
 from deepanalyze_env.core.env import DeepAnalyzeEnv
 from deepanalyze_env.core.tasks import env_extras, format_size
 from deepanalyze_env.core.tool_calls import ParsedTurn, ToolCall
@@ -241,8 +243,8 @@ class EpisodeSession:
                 turn = ParsedTurn("", checked)
             else:
                 turn = ParsedTurn("", None, checked[0], checked[1])
-            try:
-                return self._result(turn, self.env.act(turn))
+            try:  # a call is a turn that ended at its call: the episode driver plays it
+                return self._result(turn, apply_turn(self.env, Turn("", call=turn)))
             finally:
                 self.last_call = time.monotonic()  # the idle clock starts when the call returns
         finally:

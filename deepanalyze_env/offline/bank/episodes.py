@@ -30,10 +30,15 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from deepanalyze_env.core import driver
 from deepanalyze_env.core.contracts import EpisodeRecord, JsonObject
+from deepanalyze_env.core.driver import Turn
+from deepanalyze_env.generation.turn_end import text_turn_end
 from deepanalyze_env.offline.bank.families.base import ANSWER_MARK, Draft
 
 if TYPE_CHECKING:
+    from skyrl_gym.envs.base_text_env import BaseTextEnvStepOutput
+
     from deepanalyze_env.core.env import DeepAnalyzeEnv
     from deepanalyze_env.offline.bank.build import BankTask
     from deepanalyze_env.offline.bank.quality import ExpectedFile
@@ -95,6 +100,47 @@ def wrong_answer(answer: str, task: BankTask) -> str:
     return bump(answer)
 
 
+@dataclass
+class ReferenceTurns:
+    """A draft's reference episode as the episode driver's turn source (``core/driver.py``): each
+    cell a turn, then the answer written from what the cells printed; a cell that did not run
+    cleanly is a problem. Each turn's end is read from its text as a scripted turn's is."""
+
+    draft: Draft
+    problems: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    value: str = ""  # the answer value the cells printed
+
+    def __call__(self, previous: BaseTextEnvStepOutput | None) -> Turn:
+        if previous is not None:
+            status = previous["metadata"].get("exec", {}).get("status")
+            text = previous["observations"][0]["content"] if previous["observations"] else ""
+            if status != "ok":
+                self.problems.append(f"cell {len(self.outputs) + 1} ended {status}: {text[-300:]}")
+            self.outputs.append(text)
+        if len(self.outputs) < len(self.draft.cells):
+            cell = self.draft.cells[len(self.outputs)]
+            return self._turn(_turn(cell.analyze, cell.code))
+        value = _answer_from(self.outputs)
+        if value is None:
+            self.problems.append(f"no {ANSWER_MARK!r} line in the episode's output")
+            value = ""
+        self.value = value
+        if self.draft.answer.kind == "report":
+            answer_body = f"{self.draft.conclusion}\n{value}"
+            closing = (
+                "The figures come from the cells I ran; the saved chart shows the strongest association."
+            )
+        else:
+            answer_body = f"{self.draft.conclusion}\n\nAnswer: {value}"
+            closing = "The computation ran cleanly and printed the value asked for, in the requested format."
+        return self._turn(f"<Analyze>\n{closing}\n</Analyze>\n<Answer>\n{answer_body}\n</Answer>")
+
+    @staticmethod
+    def _turn(text: str) -> Turn:
+        return Turn(text, text_turn_end(text))
+
+
 def env_config(workspace_root: Path, cache: Path, timeout_s: float) -> JsonObject:
     return {
         "workspace_root": str(workspace_root),
@@ -114,30 +160,12 @@ def play(
     row = task_to_row(task, str(workspace_root))
     extras = env_extras(row) | {"episode_id": f"bank-{task['id']}"}
     env = DeepAnalyzeEnv(env_config(workspace_root, cache, timeout_s), extras)
-    problems: list[str] = []
+    turns = ReferenceTurns(draft)
+    problems = turns.problems
     try:
         env.init(row["prompt"])
-        outputs = []
-        for i, cell in enumerate(draft.cells, 1):
-            out = env.step(_turn(cell.analyze, cell.code))
-            status = out["metadata"].get("exec", {}).get("status")
-            text = out["observations"][0]["content"] if out["observations"] else ""
-            if status != "ok":
-                problems.append(f"cell {i} ended {status}: {text[-300:]}")
-            outputs.append(text)
-        value = _answer_from(outputs)
-        if value is None:
-            problems.append(f"no {ANSWER_MARK!r} line in the episode's output")
-            value = ""
-        if draft.answer.kind == "report":
-            answer_body = f"{draft.conclusion}\n{value}"
-            closing = (
-                "The figures come from the cells I ran; the saved chart shows the strongest association."
-            )
-        else:
-            answer_body = f"{draft.conclusion}\n\nAnswer: {value}"
-            closing = "The computation ran cleanly and printed the value asked for, in the requested format."
-        final = env.step(f"<Analyze>\n{closing}\n</Analyze>\n<Answer>\n{answer_body}\n</Answer>")
+        final = driver.play(env, turns)
+        value = turns.value
         meta = final["metadata"]
         comps = meta.get("reward_components", {})
         judged = task["reward_spec"]["method"] == "openresearch"

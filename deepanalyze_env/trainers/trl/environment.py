@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from deepanalyze_env.core import tool_calls
 from deepanalyze_env.core.config import EnvConfig, to_plain
 from deepanalyze_env.core.contracts import FinalMetadata, JsonObject, JsonValue, trainable
+from deepanalyze_env.core.driver import Turn, apply_turn
 from deepanalyze_env.core.env import DeepAnalyzeEnv, load_system_prompt
 from deepanalyze_env.core.tool_calls import ParsedTurn, ToolCall, check_call
 from deepanalyze_env.trainers.trl.rollout_func import MetricLogger, log_episode_metrics
@@ -100,8 +101,8 @@ class DeepAnalyzeToolEnvironment:
         env = self._env
         if env is None:
             return None
-        if env.final_metadata is None:
-            env.end_with_eos("")
+        if env.final_metadata is None:  # the model ended its message without a call
+            apply_turn(env, Turn("", "eos"))
         return env.final_metadata
 
     def _call(self, name: str, arguments: JsonObject) -> str:
@@ -112,13 +113,11 @@ class DeepAnalyzeToolEnvironment:
             return ENDED
         checked = check_call(name, arguments)
         if isinstance(checked, ToolCall):
-            out = env.act(ParsedTurn("", checked))
+            out = apply_turn(env, Turn("", call=ParsedTurn("", checked)))
         else:  # dispatched, yet not a valid action (an empty code string, say): the gate fails
             raw = json.dumps({"name": name, "arguments": arguments}, default=str)
-            out = env.act(
-                ParsedTurn("", None, checked[0], checked[1]),
-                raw=tool_calls.CALL_OPEN + raw + tool_calls.CALL_CLOSE,
-            )
+            turn = ParsedTurn("", None, checked[0], checked[1])
+            out = apply_turn(env, Turn(tool_calls.CALL_OPEN + raw + tool_calls.CALL_CLOSE, call=turn))
         if out["done"]:
             return ENDED if name != tool_calls.SUBMIT_ANSWER else "Answer submitted."
         return str(out["observations"][0]["content"])

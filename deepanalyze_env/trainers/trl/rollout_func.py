@@ -14,7 +14,8 @@ episode's cache is kept across its turns within one rollout call and dropped at 
 TRL's transformers path cannot stop on ``</Code>`` (several tokens), would generate to EOS each
 turn and re-read every conversation.
 
-How a turn ends (``generation.turn_end.split_turn``, README "Training with TRL"): at the token
+How a turn ends (``generation.turn_end.split_turn``, README "Training with TRL"; the episode
+driver ``core/driver.py`` turns the end into the env call, as on every other path): at the token
 that completes a stop tag (the turn is
 stepped; tokens after it are dropped, a token such as ``>\n`` that completes the tag is kept
 whole), at the tokenizer's EOS without a tag (the episode ends there, ``termination: "eos"``;
@@ -50,6 +51,7 @@ from deepanalyze_env.core.contracts import (
     trainable,
     verifier_error_rates,
 )
+from deepanalyze_env.core.driver import Turn, apply_turn
 from deepanalyze_env.core.env import DeepAnalyzeEnv
 from deepanalyze_env.core.hacking import flag_envs
 from deepanalyze_env.core.memory import PeakWatch
@@ -394,13 +396,11 @@ class DeepAnalyzeRollout:
         keep, end = split_turn(tok, ids, eos)
         out_of_room = cap >= self._room(ep, budget)  # this turn's limit was the episode's budget
         ep.add(ids[:keep], 1, logprobs[:keep] if logprobs is not None else None)
-        if end == "length" and out_of_room:  # an action cut by the budget is never stepped
-            self._end_for_length(ep)
-            return
-        # A turn cut by max_turn_tokens alone is stepped as it stands (a no-code turn unless it
-        # holds an answer), as SkyRL's generator does with its per-turn generation limit.
-        text = env_text(tok, ids[:keep])
-        step = ep.env.end_with_eos(text) if end == "eos" else ep.env.step(text)
+        # The episode driver maps the end to the env call: an action cut by the budget is never
+        # stepped; one cut by max_turn_tokens alone is stepped as it stands (a no-code turn unless
+        # it holds an answer), as SkyRL's generator does with its per-turn generation limit.
+        turn = Turn(env_text(tok, ids[:keep]), end, out_of_budget=end == "length" and out_of_room)
+        step = apply_turn(ep.env, turn)
         if step["done"]:
             ep.end(step["reward"], step["metadata"])
             return
