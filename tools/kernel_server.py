@@ -390,7 +390,12 @@ def _fork_cell_child(workspace: str) -> _CellChild:
     code_r, code_w = os.pipe()
     out_r, out_w = os.pipe()
     status_r, status_w = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # EAGAIN: the cgroup's pids are all in use
+        for fd in (code_r, code_w, out_r, out_w, status_r, status_w):
+            os.close(fd)
+        raise
     if pid == 0:
         try:
             _cell_child(code_r, out_w, status_w, workspace)
@@ -602,8 +607,15 @@ def _serve_cell_processes(conn: socket.socket, workspace: str, pid_ns: bool) -> 
         reply["seq"] = msg.get("seq")
         send_msg(conn, reply)
         # Nothing of the cell can run on (killed, or reaped without a namespace): the next
-        # child is forked from this clean process at once, then the dead are reaped.
-        spare = _fork_cell_child(workspace)
+        # child is forked from this clean process at once, then the dead are reaped. A cell
+        # that used every pid the cgroup allows leaves none until its processes are reaped:
+        # then the fork waits for that, so the next cell does not pay for this one.
+        try:
+            spare = _fork_cell_child(workspace)
+        except OSError:
+            _reap_cell(pid_ns)
+            spare = _fork_cell_child(workspace)
+            continue
         if not _reap_doomed(doomed, spare):
             spare.close()
             spare = _fork_cell_child(workspace)

@@ -414,6 +414,15 @@ PATCHES = {
     f"        sys.stdout.write({FORGED!r} + '\\n')\n"
     "        time.sleep(0.005)\n"
     "threading.Thread(target=forge, daemon=True).start()\n",
+    # every pid the cgroup allows, held: the next cell's process must still be forked
+    "exhaust_pids": "import os, time\n"
+    "try:\n"
+    "    for _ in range(200):\n"
+    "        if os.fork() == 0:\n"
+    "            time.sleep(30)\n"
+    "            os._exit(0)\n"
+    "except OSError:\n"
+    "    pass\n",
     "daemon_writes_later": "import os, time\n"
     "pid = os.fork()\n"
     "if pid == 0:\n"
