@@ -283,3 +283,8 @@ def test_a_cells_report_of_itself_is_parsed_strictly(record: bytes, expected: tu
     from tools.kernel_server import _parse_status
 
     assert _parse_status(record) == expected
+
+
+def test_an_empty_cell_is_a_cell(kernel: Kernel):
+    result = kernel.run("")
+    assert (result.status, result.output) == ("ok", "")

@@ -364,6 +364,7 @@ STATUS_MAX_BYTES = 128
 # The child's report of its own cell: "ok" or "error <exception class name>", one line.
 _STATUS_LINE = re.compile(rb"(ok|error [A-Za-z_][A-Za-z0-9_]{0,99})\n")
 _ERROR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+_CODE_MARK = b"C"  # the code pipe's first byte: an empty cell is still a cell
 RELAY_DRAIN_S = 0.25  # after the cell's end: how long to read what its pipe still holds
 
 
@@ -422,9 +423,10 @@ def _cell_child(code_r: int, out_w: int, status_w: int, workspace: str) -> None:
     while chunk := os.read(code_r, 1 << 16):
         chunks.append(chunk)
     os.close(code_r)
-    if not chunks:
+    data = b"".join(chunks)
+    if not data.startswith(_CODE_MARK):
         os._exit(0)  # the worker is going away: no cell to run
-    code = b"".join(chunks).decode("utf-8", errors="surrogateescape")
+    code = data[len(_CODE_MARK) :].decode("utf-8", errors="surrogateescape")
     status, error_type = _run_cell(code, {"__name__": "__main__", "__builtins__": builtins})
     with contextlib.suppress(Exception):
         sys.stdout.flush()
@@ -544,7 +546,7 @@ def _drain(src: int, dst: int) -> None:
 def _run_in_child(child: _CellChild, code: str, pid_ns: bool) -> tuple[dict, set[int]]:
     """One cell in ``child``: the reply (without ``seq``) and the cell's processes still to
     reap (in a PID namespace: all killed, none able to run or fork any more)."""
-    data = code.encode("utf-8", errors="surrogateescape")
+    data = _CODE_MARK + code.encode("utf-8", errors="surrogateescape")
     try:
         view = memoryview(data)
         while view:
