@@ -95,3 +95,39 @@ def test_max_batch_below_one_is_refused(smollm2_dir):
 
     with pytest.raises(ConfigError, match="max_batch"):
         TransformersPolicy(model=smollm2_dir, max_batch=0)
+
+
+TOOL_CALL = '<tool_call>\n{"name": "run_python", "arguments": {"code": "print(1)"}}\n</tool_call>'
+
+
+@pytest.mark.parametrize(
+    ("action_format", "text", "ended", "expected"),
+    [
+        ("tags", "<Analyze>a</Analyze>\n<Code>\nprint(1)\n</Code>", True, "stop"),  # at its stop tag
+        ("tags", "<Analyze>I think it is B.</Analyze>", True, "eos"),  # the message ended
+        ("tags", "<Analyze>I think it is", False, "length"),  # max_tokens came first
+        ("tools", TOOL_CALL, True, "stop"),  # a closed call, then the end-of-message token
+        ("tools", "I think it is B.", True, "eos"),  # a message without a call
+        ("tools", TOOL_CALL[:30], False, "length"),  # cut inside the call
+    ],
+)
+def test_a_local_turn_reports_how_it_ended_as_the_trl_rollout_reads_it(
+    policy, action_format, text, ended, expected
+):
+    """The sampled ids as the engine hands them back (the EOS kept; a row padded to the batch's
+    longest), read into the turn's end the driver plays."""
+    from deepanalyze_env.offline.policies import _Request
+
+    tok = policy._tok
+    eos = policy._engine.eos_ids[0]
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    row = tok.encode(text, add_special_tokens=False) + ([eos, pad, pad] if ended else [])
+    request = _Request([1, 2, 3], seed=0)
+    saved = policy.action_format
+    policy.action_format = action_format
+    try:
+        policy._finish(request, row, pad)
+    finally:
+        policy.action_format = saved
+    assert request.result is not None and request.result.end == expected
+    assert request.result.finish_reason == ("length" if expected == "length" else "stop")
