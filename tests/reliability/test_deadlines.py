@@ -143,7 +143,7 @@ def test_leftovers_end_with_their_cell(workspace_root: Path, kind: str):
         assert env.kernel.pid == worker and env.kernel.restarts == 0  # the worker itself stays
         if kind == "patched_check_process":
             assert env.kernel.leftover_cells == 1  # counted by the worker, whatever the cell patched
-        time.sleep(1.5)  # past the moment the process would have written its file
-        assert not (env.workspace.path / "late.txt").exists()
+            time.sleep(1.5)  # past the moment the process would have written its file
+            assert not (env.workspace.path / "late.txt").exists()
     finally:
         env.close()
