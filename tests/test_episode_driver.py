@@ -281,3 +281,38 @@ def test_a_parsed_call_that_did_not_end_at_its_call_is_refused():
 
     with pytest.raises(ValueError, match="stop"):
         Turn("", "eos", call=ParsedTurn("", None))
+
+
+def _env_turn_calls(source: str) -> list[str]:
+    """``<receiver>.step/act/end_with_eos(...)`` calls on an env (a receiver named ``env``)."""
+    import ast
+    import re
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            receiver = ast.unparse(node.func.value)
+            if node.func.attr in ("step", "act", "end_with_eos") and re.search(r"(^|\.)_?env$", receiver):
+                found.append(f"{node.lineno}: {receiver}.{node.func.attr}")
+    return found
+
+
+def test_no_episode_loop_maps_a_turn_end_to_an_env_call_itself():
+    root = Path(__file__).resolve().parent.parent / "deepanalyze_env"
+    owners = {root / "core" / "driver.py", root / "core" / "env.py"}
+    bad = [
+        f"{path.relative_to(root.parent)}:{hit}"
+        for path in sorted(root.rglob("*.py"))
+        if path not in owners
+        for hit in _env_turn_calls(path.read_text(encoding="utf-8"))
+    ]
+    assert bad == []
+
+
+def test_the_turn_call_check_sees_a_loop_that_steps_the_env_itself():
+    """Negative control: the check catches the loops this driver replaced."""
+    source = (
+        "def f(ep, text, end):\n    return ep.env.end_with_eos(text) if end == 'eos' else ep.env.step(text)\n"
+    )
+    assert _env_turn_calls(source) == ["2: ep.env.end_with_eos", "2: ep.env.step"]
+    assert _env_turn_calls("policy.act(ctx)\noptimizer.step()\n") == []
