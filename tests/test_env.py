@@ -432,3 +432,18 @@ def test_a_bad_reward_argument_fails_construction_with_one_line_naming_the_task(
         "task 't7': reward_spec.function[0] (answer_match): unknown argument 'tolerance' "
         "(answer_match takes: none)"
     )
+
+
+def test_a_tag_turn_the_reader_cannot_read_fails_the_gate_and_is_scored(env, monkeypatch):
+    """A reader bug cannot be produced from real text (the readers are total), so this one is
+    simulated by replacing the code extractor: the guard around reading is what is tested."""
+
+    def broken(text: str):
+        raise RecursionError("simulated reader failure")
+
+    monkeypatch.setattr("deepanalyze_env.core.protocol.extract_code", broken)
+    out = env.step(code("print(1)"))
+    meta = out["metadata"]
+    assert out["done"] is True and meta["reward_status"] == "scored" and out["reward"] == -1.0
+    assert meta["gate"] == "tags"
+    assert "unreadable turn (RecursionError)" in meta["reward_notes"]["format_gate"]

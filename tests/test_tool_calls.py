@@ -75,6 +75,19 @@ def test_an_invalid_call_has_a_named_reason(text, error):
     assert turn.call is None and turn.error == error and turn.detail
 
 
+DEEP = "[" * 3000 + "]" * 3000  # nested past the JSON reader's recursion limit: 6 KB
+
+
+def test_a_call_nested_past_the_readers_depth_is_unparsable():
+    turn = parse_turn(f"<tool_call>{DEEP}</tool_call>")
+    assert turn.call is None and turn.error == "unparsable" and "nested" in turn.detail
+
+
+def test_arguments_text_nested_past_the_readers_depth_are_bad_arguments():
+    turn = parse_turn(call("run_python", code="x").replace('{"code": "x"}', json.dumps(DEEP)))
+    assert turn.call is None and turn.error == "bad_arguments" and "nested" in turn.detail
+
+
 def test_a_turn_without_a_call_has_neither_call_nor_error():
     assert parse_turn("I think the answer is B.") == ParsedTurn("I think the answer is B.", None)
 
@@ -150,6 +163,41 @@ def test_an_invalid_call_runs_nothing_says_why_and_fails_the_gate(workspace_root
     assert final["reward"] == -1.0 and meta["reward_status"] == "scored"
     assert meta["format_ok"] is False and meta["gate"] == "tools"
     assert "turn 1: unknown_tool" in meta["reward_notes"]["format_gate"]
+
+
+def test_a_call_nested_past_the_readers_depth_is_the_policys_invalid_call(workspace_root):
+    env = make(workspace_root)
+    bad = env.step(f"<tool_call>{DEEP}</tool_call>")
+    assert bad["done"] is False and "invalid tool call (unparsable)" in bad["observations"][0]["content"]
+    final = env.step(call("submit_answer", answer="B"))
+    env.close()
+    assert final["reward"] == -1.0 and final["metadata"]["reward_status"] == "scored"
+    assert final["metadata"]["gate"] == "tools"
+
+
+def test_a_deeply_nested_call_ended_by_eos_is_scored_as_a_failed_gate(workspace_root):
+    env = make(workspace_root)
+    out = env.end_with_eos(f"<tool_call>{DEEP}</tool_call>")
+    env.close()
+    meta = out["metadata"]
+    assert out["done"] is True and meta["termination"] == "eos" and meta["reward_status"] == "scored"
+    assert out["reward"] == -1.0 and meta["gate"] == "tools"
+
+
+def test_a_reader_that_raises_on_a_turn_fails_the_turn_not_the_trainer(workspace_root, monkeypatch):
+    """A reader bug cannot be produced from real text once the readers are total, so this one
+    is simulated by replacing the tools reader: the guard around reading is what is tested."""
+
+    def broken(text: str):
+        raise RecursionError("simulated reader failure")
+
+    monkeypatch.setattr("deepanalyze_env.core.tool_calls.parse_turn", broken)
+    env = make(workspace_root)
+    out = env.step("anything")
+    env.close()
+    meta = out["metadata"]
+    assert out["done"] is True and meta["reward_status"] == "scored" and out["reward"] == -1.0
+    assert meta["gate"] == "tools" and "unreadable" in meta["reward_notes"]["format_gate"]
 
 
 def test_a_message_without_a_call_ends_the_episode_without_an_answer(workspace_root):

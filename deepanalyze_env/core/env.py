@@ -37,7 +37,7 @@ from deepanalyze_env.core.contracts import (
 from deepanalyze_env.core.formats import Action, get_format
 from deepanalyze_env.core.hacking import Watched, suspect_reasons
 from deepanalyze_env.core.prefix import PrefixTurn, prefix_messages
-from deepanalyze_env.core.profiles import PROFILES
+from deepanalyze_env.core.profiles import PROFILES, Profile
 from deepanalyze_env.core.records import RecordWriter, build_record, judge_versions, package_version
 from deepanalyze_env.core.tool_calls import ParsedTurn
 from rewards import Plan, RewardContext, RewardOutcome, RewardSpecError
@@ -261,7 +261,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
             return self._final_step()
         self.turns += 1
         text = action if isinstance(action, str) else str(action)
-        read = self.format.read(text, self.profile)
+        read = self._read(self.format.read, text)
         out = self._play(read)
         if keeps_sampled_tokens(text, read.text):
             out["postprocessed_action"] = None
@@ -288,7 +288,7 @@ class DeepAnalyzeEnv(BaseTextEnv):
             return self._final_step()
         self.turns += 1
         text = action if isinstance(action, str) else str(action)
-        return self._play(self.format.read_at_eos(text, self.profile))
+        return self._play(self._read(self.format.read_at_eos, text))
 
     def end_for_length(self) -> BaseTextEnvStepOutput:
         """End the episode because a trainer's token budget ran out (``termination: "length"``).
@@ -309,6 +309,18 @@ class DeepAnalyzeEnv(BaseTextEnv):
             metadata=dict(cast(FinalMetadata, self.final_metadata).copy()),
             postprocessed_action="",
         )
+
+    def _read(self, reader: Callable[[str, Profile], Action], text: str) -> Action:
+        """``reader(text)``, the format's reading of a policy turn. The readers are total over text,
+        but should one still raise, the turn is the policy's unreadable action (recorded as
+        written, the episode ended, the format gate failed and scored), never an exception
+        into the trainer nor an exclusion the policy's text chose."""
+        try:
+            return reader(text, self.profile)
+        except Exception as exc:
+            log.exception("a policy turn could not be read")
+            error = f"unreadable turn ({type(exc).__name__})"
+            return Action(text, {"role": "assistant", "content": text}, end="eos", error=error)
 
     def _play(self, action: Action) -> BaseTextEnvStepOutput:
         """Record a policy turn, then end the episode or run its cell, whatever the format."""

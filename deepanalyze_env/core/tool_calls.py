@@ -13,7 +13,8 @@ A turn's text is read as hermes-style tool calls, ``<tool_call>{"name": …, "ar
 </tool_call>`` (Qwen, Hermes and most chat templates render calls this way): the turn is cut
 after its first closing ``</tool_call>`` (one call per turn, as one code block per turn in the
 tag format), so ``</tool_call>`` is the stop string a trainer generates with. A call that does
-not parse, names an unknown tool or has invalid arguments is the policy's failure: the turn
+not parse (whatever the JSON reader rejects, nesting too deep for it included), names an
+unknown tool or has invalid arguments is the policy's failure: the turn
 gets an error result naming the reason (:data:`ToolError`), nothing runs, and the episode's
 format gate fails (``gate: "tools"``). Trainers that parse calls themselves (TRL's
 ``environment_factory``) hand the env a :class:`ToolCall` directly.
@@ -84,16 +85,27 @@ def truncate(action: str) -> str:
     return action if pos < 0 else action[: text.raw_index(pos + len(CALL_CLOSE), after=True)]
 
 
+def _load_json(text: str) -> tuple[JsonValue, str | None]:
+    """``text`` read as JSON, or None and why not. Whatever the reader can raise on hostile text
+    is a reason, not an exception: too deeply nested (a ``RecursionError`` past a few thousand
+    brackets), not JSON, an integer past Python's digit limit (a ``ValueError``)."""
+    try:
+        return json.loads(text), None
+    except RecursionError:
+        return None, "nested too deeply to read"
+    except ValueError as exc:
+        return None, getattr(exc, "msg", None) or str(exc)
+
+
 def check_call(name: JsonValue, arguments: JsonValue) -> ToolCall | tuple[ToolError, str]:
     """A :class:`ToolCall` when ``name`` and ``arguments`` (as a call's JSON carries them) make a
     valid call, else the named reason and what was wrong."""
     if not isinstance(name, str) or name not in TOOL_ARGUMENTS:
         return "unknown_tool", f"unknown tool {name!r} (the tools are {', '.join(TOOL_NAMES)})"
     if isinstance(arguments, str):  # some templates carry the arguments as JSON text
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return "bad_arguments", f"{name}: arguments are not a JSON object"
+        arguments, why = _load_json(arguments)
+        if why is not None:
+            return "bad_arguments", f"{name}: arguments are not a JSON object ({why})"
     key = TOOL_ARGUMENTS[name][0]
     if not isinstance(arguments, dict) or set(arguments) != {key}:
         got = sorted(arguments) if isinstance(arguments, dict) else type(arguments).__name__
@@ -118,10 +130,9 @@ def parse_turn(action: str) -> ParsedTurn:
     body = reading.raw_slice(start + len(CALL_OPEN), end if end >= 0 else len(reading.folded))
     if end < 0:
         return ParsedTurn(text, None, "unparsable", f"{CALL_OPEN} without {CALL_CLOSE}")
-    try:
-        payload = json.loads(body)
-    except ValueError as exc:
-        return ParsedTurn(text, None, "unparsable", f"the call is not JSON ({exc.msg})")
+    payload, why = _load_json(body)
+    if why is not None:
+        return ParsedTurn(text, None, "unparsable", f"the call is not JSON ({why})")
     if not isinstance(payload, dict) or "name" not in payload or "arguments" not in payload:
         return ParsedTurn(text, None, "unparsable", 'a call is {"name": …, "arguments": {…}}')
     checked = check_call(payload["name"], payload["arguments"])

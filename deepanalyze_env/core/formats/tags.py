@@ -53,6 +53,8 @@ class TagsFormat(ActionFormat):
     def gate(self, ctx: RewardContext, fence: bool) -> tuple[Gate, str] | None:
         """The gate tags in the prose of the policy's own turns, then (``fence``) every
         ``<Code>`` block one Python fence."""
+        if ctx.tool_errors:  # a turn the env could not read (``DeepAnalyzeEnv._read``)
+            return "tags", "; ".join(ctx.tool_errors)
         missing = protocol.missing_gate_tags(ctx.policy_turns or ctx.policy_text)
         if missing:
             return "tags", f"missing {', '.join(missing)}"
