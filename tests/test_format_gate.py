@@ -163,3 +163,24 @@ def test_a_look_alike_code_block_runs_the_code_as_typed(workspace_root):
         assert "\u0412 \uff22" in out["observations"][0]["content"]  # printed exactly as typed
     finally:
         env.close()
+
+
+# ---- red team, round 2: an answer counts for the gate only as a complete block in one turn ----
+
+
+def test_an_episode_cut_by_the_token_budget_after_split_answer_tags_fails_the_gate(workspace_root):
+    """§6: a cut episode has no answer, so the gate fails, whatever answer tags its turns hold
+    apart: an ``<Answer>`` never closed in one turn, a stray ``</Answer>`` in the next."""
+    env = make(workspace_root)
+    try:
+        env.step(f"<Analyze>a</Analyze>\n<Code>\n```python\n{PRINT}\n```\n</Code>")
+        env.step(
+            "<Analyze>b</Analyze>\n<Answer> B, to be confirmed\n<Code>\n```python\nprint(2)\n```\n</Code>"
+        )
+        env.step("<Analyze>c</Analyze> </Answer>")
+        out = env.end_for_length()
+    finally:
+        env.close()
+    meta = out["metadata"]
+    assert (out["reward"], meta["gate"], meta["termination"]) == (-1.0, "tags", "length")
+    assert meta["reward_notes"]["format_gate"] == "missing <Answer>, </Answer>"

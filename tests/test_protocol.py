@@ -200,7 +200,8 @@ _HIDDEN = {
     "execute": ("<Execute> ", " </Execute>", [*_GATE, *_FILLER, "```", "<Execute>"]),
     "think": ("<think> ", " </think>", [*_GATE, *_FILLER, "```", "<Code>", "</Code>", "<Execute>"]),
 }
-# Prose: the two Analyze tags, whole answers (their bodies filler), filler and stray closers.
+# Prose: the two Analyze tags, whole answers (their bodies filler), filler and stray closers
+# (a stray </Answer> places no gate tag: the answer's tags count only as a whole block).
 _PROSE = ["<Analyze>", "</Analyze>", "answer", "</Answer>", "</Code>", "</Execute>", "</think>", *_FILLER]
 
 
@@ -221,7 +222,7 @@ def _turns(draw):
                         turn_bodies.append(body)
                         placed.update({"<Answer>", "</Answer>"})
                         token = f"<Answer>{body}</Answer>"
-                    elif token in _GATE:
+                    elif token in ("<Analyze>", "</Analyze>"):  # a stray </Answer> is no answer
                         placed.add(token)
                     words.append(token)
                 parts.append(" ".join(words))

@@ -95,7 +95,8 @@ class TurnReading:
 
     ``prose`` holds the pieces of the turn's visible text (``<think>`` removed) that are the
     policy's own words: everything but the inside of code blocks, fenced blocks, quoted
-    ``<Execute>`` text and answer bodies (an answer's tags themselves are prose). ``answers``
+    ``<Execute>`` text and answer bodies (a complete answer's tags themselves are prose; an
+    unclosed ``<Answer>`` is not, and a stray ``</Answer>`` counts for nothing). ``answers``
     are the bodies of the complete ``<Answer>…</Answer>`` blocks opened in prose, raw (a fence
     in a report is part of the report).
     """
@@ -166,11 +167,10 @@ def _read_prose(text: str, pos: int, stop: int, prose: list[str], answers: list[
         body = at + len(opener)
         close = text.find(_REGIONS[opener], body, stop)
         if opener == ANSWER_OPEN:
-            prose.append(ANSWER_OPEN)
             if close < 0:
-                return  # an answer never closed: its body is no answer, and hides what follows
+                return  # an answer never closed: no answer (nor its tag), and hides what follows
             answers.append((body, close))
-            prose.append(ANSWER_CLOSE)
+            prose += [ANSWER_OPEN, ANSWER_CLOSE]
         elif close < 0:
             return
         pos = close + len(_REGIONS[opener])
@@ -221,10 +221,12 @@ def code_blocks(policy_text: str) -> list[str]:
 
 
 def is_python_fenced(block: str) -> bool:
-    """True when the whole block (read in the fold) is one fenced block tagged as Python."""
+    """True when the whole block (read in the fold) is one fenced block tagged as Python. A
+    fence inside the body (```python A ``` B ```) makes it two pieces, of which
+    :func:`extract_code` runs only the first: not one fenced block."""
     stripped = fold(block).strip()
     fence = _FENCE.fullmatch(stripped)
-    return fence is not None and fence.group(1).lower() in PYTHON_FENCE_LANGS
+    return fence is not None and fence.group(1).lower() in PYTHON_FENCE_LANGS and FENCE not in fence.group(2)
 
 
 def extract_answer(policy_turns: Iterable[str]) -> str | None:
@@ -254,11 +256,16 @@ def answer_value(text: str | None) -> str | None:
 def missing_gate_tags(policy_turns: Sequence[str] | str) -> list[str]:
     """The gate tags that appear in the prose of none of the policy's turns, in
     :data:`GATE_TAGS` order. Each turn is read on its own (:func:`read_turn`), as the env read
-    it when it was played: a code block left open in one turn does not run into the next. A
-    single string is read as one turn."""
+    it when it was played: a code block left open in one turn does not run into the next. The
+    answer's two tags count only as a complete ``<Answer>…</Answer>`` block within one turn
+    (an answer the env could have acted on): an opener never closed and a stray closer in
+    another turn are no answer. A single string is read as one turn."""
     turns = [policy_turns] if isinstance(policy_turns, str) else policy_turns
-    prose = "\n".join(read_turn(turn).prose_text() for turn in turns)
-    return [tag for tag in GATE_TAGS if tag not in prose]
+    readings = [read_turn(turn) for turn in turns]
+    prose = "\n".join(reading.prose_text() for reading in readings)
+    answered = any(reading.answers for reading in readings)
+    present = {tag: (answered if tag in (ANSWER_OPEN, ANSWER_CLOSE) else tag in prose) for tag in GATE_TAGS}
+    return [tag for tag in GATE_TAGS if not present[tag]]
 
 
 NO_CODE_MESSAGE = (

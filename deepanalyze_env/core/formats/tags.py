@@ -52,13 +52,15 @@ class TagsFormat(ActionFormat):
 
     def gate(self, ctx: RewardContext, fence: bool) -> tuple[Gate, str] | None:
         """The gate tags in the prose of the policy's own turns, then (``fence``) every
-        ``<Code>`` block one Python fence."""
+        ``<Code>`` block one Python fence. Both read each turn on its own, as the env read it to
+        run its code: an unclosed ``<think>`` in one turn hides nothing in the next."""
         if ctx.tool_errors:  # a turn the env could not read (``DeepAnalyzeEnv._read``)
             return "tags", "; ".join(ctx.tool_errors)
         missing = protocol.missing_gate_tags(ctx.policy_turns or ctx.policy_text)
         if missing:
             return "tags", f"missing {', '.join(missing)}"
-        if fence and not all(protocol.is_python_fenced(b) for b in protocol.code_blocks(ctx.policy_text)):
+        turns = ctx.policy_turns or [ctx.policy_text]
+        if fence and not all(protocol.is_python_fenced(b) for t in turns for b in protocol.code_blocks(t)):
             return "fence", "a <Code> block is not one ```python fenced block"
         return None
 
