@@ -108,11 +108,11 @@ def check_step(env, action: str, out, fence_gate: bool) -> bool:
     assert meta["reward_status"] == "scored", meta.get("error")
     assert meta["termination"] == "answer"
     assert meta["turns"] == len(env.policy_turns) == len(meta["code_pass"]) + 1
-    policy_text = "\n".join(env.policy_turns)
+    blocks = [b for turn in env.policy_turns for b in protocol.code_blocks(turn)]  # each turn on its own
     expected_gate = None
     if protocol.missing_gate_tags(env.policy_turns):
         expected_gate = "tags"
-    elif fence_gate and not all(protocol.is_python_fenced(b) for b in protocol.code_blocks(policy_text)):
+    elif fence_gate and not all(protocol.is_python_fenced(b) for b in blocks):
         expected_gate = "fence"
     assert meta["gate"] == expected_gate
     if expected_gate:
