@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepanalyze_env.core.fold import Folded, _classes, fold, fold_char, original_range, spans
-from deepanalyze_env.core.make_fold_table import confusables, ignorable_ranges
+from deepanalyze_env.core.make_fold_table import confusables, ignorable_ranges, read_as
 
 # Hand-listed: (policy-written text, how it must read). Each line names the trick.
 LOOK_ALIKES = [
@@ -52,6 +52,20 @@ LOOK_ALIKES = [
     ("<\u2009Execute >", "< Execute >"),  # THIN SPACE reads as a space (NFKC)
     ("SCORE\uff1a\uff15", "SCORE:5"),  # FULLWIDTH COLON, FULLWIDTH DIGIT FIVE
     ("<\u1d07xecute>", "<execute>"),  # LATIN LETTER SMALL CAPITAL E (a hand-listed adjustment)
+    # red team, round 2: glyphs read as chevrons, blanks, low lines and TAG characters
+    ("\u2af7END x\u2af8", "<<<END x>>>"),  # TRIPLE NESTED LESS-THAN / GREATER-THAN
+    ("\u2aa1<END\u2aa2>", "<<<END>>>"),  # DOUBLE NESTED LESS-THAN / GREATER-THAN
+    ("\u2abb<END>\u2abc", "<<<END>>>"),  # DOUBLE PRECEDES / SUCCEEDS
+    ("\u227a\u22d6\u2a79END\u227b\u22d7\u2a7a", "<<<END>>>"),  # PRECEDES, WITH DOT, WITH CIRCLE INSIDE
+    ("<\u2800Execute>", "< Execute>"),  # BRAILLE PATTERN BLANK reads as a space
+    ("<tool\u02cdresponse>", "<tool_response>"),  # MODIFIER LETTER LOW MACRON
+    ("<tool\u2017response>", "<tool_response>"),  # DOUBLE LOW LINE
+    (
+        "\U000e0053\U000e0043\U000e004f\U000e0052\U000e0045\U000e003a\U000e0020\U000e0035",
+        "SCORE: 5",
+    ),  # TAG LATIN CAPITAL LETTER S, C, O, R, E, TAG COLON, TAG SPACE, TAG DIGIT FIVE
+    ("\U000e003c\U000e003c\U000e003cEND", "<<<END"),  # TAG LESS-THAN SIGN
+    ("\U000e0001x\U000e007f", "x"),  # LANGUAGE TAG and CANCEL TAG stay removed
 ]
 
 
@@ -83,7 +97,7 @@ FORMAT_CHARACTERS = [
     "\u00ad", "\u061c", "\u180e", "\u200b", "\u200c", "\u200d", "\u200e", "\u200f",
     "\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2060", "\u2061", "\u2062",
     "\u2063", "\u2064", "\u2066", "\u2067", "\u2068", "\u2069", "\ufeff", "\ufff9",
-    "\U000110bd", "\U0001d173", "\U000e0001", "\U000e0041",
+    "\U000110bd", "\U0001d173", "\U000e0001", "\U000e007f",
 ]  # fmt: skip
 
 
@@ -173,6 +187,17 @@ def test_generator_reads_a_small_capital_without_a_prototype_as_its_letter():
 def test_generator_drops_ascii_sources_non_ascii_prototypes_and_sequences():
     table = confusables(CONFUSABLES_EXCERPT)
     assert "1" not in table and "\u05ad" not in table and "rn" not in table
+
+
+def test_generator_reads_tag_characters_as_the_ascii_they_shadow():
+    table = read_as()
+    assert table["\U000e0020"] == " " and table["\U000e003c"] == "<" and table["\U000e007e"] == "~"
+    assert "\U000e0001" not in table and "\U000e007f" not in table  # LANGUAGE TAG, CANCEL TAG
+    assert table["\u2af7"] == "<<<" and table["\u2800"] == " "  # hand-listed glyphs too
+
+
+def test_a_hand_listed_reading_wins_over_nfkc():
+    assert fold_char("\u2017") == "_"  # DOUBLE LOW LINE, whose NFKC is a space and U+0333
 
 
 def test_generator_merges_default_ignorable_ranges():

@@ -10,7 +10,10 @@ verdict line in text a policy wrote folds it first, by :func:`fold`, so they all
 points are first seen), applied only where it changes something: ASCII text, and text holding no
 character that folds (one regex scan in C), are returned as they are:
 
-1. Unicode NFKC of the code point (fullwidth ``＜`` → ``<``, ``𝐄`` → ``E``, ``ﬁ`` → ``fi``);
+0. a hand-listed reading, when the code point has one, is its fold (``READ_AS``: ``⫷`` →
+   ``<<<``, ``⠀`` BRAILLE PATTERN BLANK → a space, ``ˍ`` → ``_``, and Unicode TAG characters →
+   the ASCII they shadow, since a model decodes those invisible characters);
+1. else Unicode NFKC of the code point (fullwidth ``＜`` → ``<``, ``𝐄`` → ``E``, ``ﬁ`` → ``fi``);
 2. each resulting character that is a format character (general category ``Cf``: zero-width
    space and joiners, soft hyphen, word joiner, BOM, bidi controls) or default-ignorable
    (variation selectors, Hangul fillers, …) is removed;
@@ -36,7 +39,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from deepanalyze_env.core.fold_table import CONFUSABLES, IGNORABLE
+from deepanalyze_env.core.fold_table import CONFUSABLES, IGNORABLE, READ_AS
 
 _IGNORABLE_LOW = [low for low, _ in IGNORABLE]
 
@@ -50,7 +53,11 @@ def _ignorable(char: str) -> bool:
 
 
 def fold_char(char: str) -> str:
-    """The fold of one code point (NFKC, ignorables removed, look-alikes read as ASCII)."""
+    """The fold of one code point (its hand-listed reading, else NFKC, ignorables removed,
+    look-alikes read as ASCII)."""
+    read = READ_AS.get(char)
+    if read is not None:
+        return read
     return "".join(CONFUSABLES.get(c, c) for c in unicodedata.normalize("NFKC", char) if not _ignorable(c))
 
 
@@ -94,7 +101,7 @@ def _classes() -> tuple[re.Pattern[str], re.Pattern[str]]:
     only the resized."""
     normalized, category = unicodedata.is_normalized, unicodedata.category
     candidates = {code for low, high in IGNORABLE for code in range(low, high + 1)}
-    candidates |= {ord(char) for char in CONFUSABLES}
+    candidates |= {ord(char) for char in (*CONFUSABLES, *READ_AS)}
     for code in range(0x80, 0x110000):
         if not 0xD800 <= code <= 0xDFFF and (
             not normalized("NFKC", chr(code)) or category(chr(code)) == "Cf"

@@ -22,6 +22,18 @@ not change what the policy typed in ASCII. Two adjustments, both hand-listed bel
 - the small capitals Unicode gives no ASCII prototype (``ᴇ`` LATIN LETTER SMALL CAPITAL E, read
   by the letter its name gives, lowercase, as Unicode reads ``ᴄ`` and ``ᴏ``).
 
+A second, hand-listed table, ``READ_AS``, is read *before* NFKC and the ignorable rule (a reading
+there wins over both):
+
+- glyphs Unicode lists as no look-alike of ASCII that a reader still takes for chevrons
+  (:data:`GLYPHS`: ``⫷`` for ``<<<``, ``⪡`` and ``⪻`` for ``<<``, ``≺ ⋖ ⩹`` for ``<``), a blank
+  that shows as a space (``⠀`` BRAILLE PATTERN BLANK) and low lines (``ˍ``, ``‗``, whose NFKC is
+  a space and a combining mark) for ``_``;
+- Unicode TAG characters U+E0020–U+E007E (:data:`TAG_RANGE`), read as the ASCII they shadow:
+  invisible to a person, but several LLMs decode them ("ASCII smuggling"), so a marker, tag or
+  ``SCORE: 5`` spelt in them must be found, not removed unseen. LANGUAGE TAG and CANCEL TAG
+  (U+E0001, U+E007F) stay removed (format characters).
+
 Usage: ``python -m deepanalyze_env.core.make_fold_table CONFUSABLES DERIVED > fold_table.py``.
 """
 
@@ -51,6 +63,25 @@ BRACKETS = {
     "\u27eb": ">>",  # ⟫
 }
 
+# character -> what a reader takes it for, read before NFKC (module docstring, ``READ_AS``)
+GLYPHS = {
+    "\u2af7": "<<<",  # ⫷ TRIPLE NESTED LESS-THAN
+    "\u2af8": ">>>",  # ⫸
+    "\u2aa1": "<<",  # ⪡ DOUBLE NESTED LESS-THAN
+    "\u2aa2": ">>",  # ⪢
+    "\u2abb": "<<",  # ⪻ DOUBLE PRECEDES
+    "\u2abc": ">>",  # ⪼
+    "\u227a": "<",  # ≺ PRECEDES
+    "\u227b": ">",  # ≻
+    "\u22d6": "<",  # ⋖ LESS-THAN WITH DOT
+    "\u22d7": ">",  # ⋗
+    "\u2a79": "<",  # ⩹ LESS-THAN WITH CIRCLE INSIDE
+    "\u2a7a": ">",  # ⩺
+    "\u2800": " ",  # BRAILLE PATTERN BLANK (shows as a space)
+    "\u02cd": "_",  # ˍ MODIFIER LETTER LOW MACRON
+    "\u2017": "_",  # ‗ DOUBLE LOW LINE (NFKC: a space and a combining mark)
+}
+TAG_RANGE = (0xE0020, 0xE007E)  # TAG SPACE .. TAG TILDE: U+E0000 + the ASCII code they shadow
 
 SMALL_CAPITAL = "LATIN LETTER SMALL CAPITAL "
 
@@ -81,6 +112,13 @@ def confusables(text: str) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+def read_as() -> dict[str, str]:
+    """The readings that win over NFKC: :data:`GLYPHS` and the TAG characters as ASCII."""
+    out = dict(GLYPHS)
+    out.update({chr(code): chr(code - 0xE0000) for code in range(TAG_RANGE[0], TAG_RANGE[1] + 1)})
+    return dict(sorted(out.items()))
+
+
 def ignorable_ranges(text: str) -> list[tuple[int, int]]:
     """The ``Default_Ignorable_Code_Point`` ranges, merged, in order."""
     ranges: list[tuple[int, int]] = []
@@ -107,7 +145,10 @@ def _version(text: str) -> str:
 
 
 def _literal(text: str) -> str:
-    """A double-quoted, ASCII-only Python literal (as ``ruff format`` writes one)."""
+    """A double-quoted, ASCII-only Python literal (as ``ruff format`` writes one: a lone ``"`` in
+    single quotes)."""
+    if text == '"':
+        return "'\"'"
     body = text.replace("\\", "\\\\").replace('"', '\\"')
     return '"' + body.encode("ascii", "backslashreplace").decode("ascii") + '"'
 
@@ -134,6 +175,13 @@ def render(confusables_text: str, derived_text: str) -> str:
         "CONFUSABLES: dict[str, str] = {",
     ]
     lines += [f"    {_literal(source)}: {_literal(target)}," for source, target in table.items()]
+    lines += [
+        "}",
+        "",
+        "# hand-listed: character -> what a reader takes it for, read before NFKC and the ignorables",
+        "READ_AS: dict[str, str] = {",
+    ]
+    lines += [f"    {_literal(source)}: {_literal(target)}," for source, target in read_as().items()]
     lines += [
         "}",
         "",

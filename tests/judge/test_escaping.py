@@ -32,6 +32,9 @@ TAGS = [
     ("<\nExecute>", "&lt;\nExecute&gt;"),
     ("< / execute\t>", "&lt; / execute\t&gt;"),
     ("<t\u043e\u043el_response>", "&lt;t\u043e\u043el_response&gt;"),  # CYRILLIC SMALL O
+    ("<\u2800Execute>", "&lt;\u2800Execute&gt;"),  # BRAILLE PATTERN BLANK
+    ("<tool\u02cdresponse>", "&lt;tool\u02cdresponse&gt;"),  # MODIFIER LETTER LOW MACRON
+    ("\U000e003cExecute\U000e003e", "&lt;Execute&gt;"),  # TAG LESS-THAN / GREATER-THAN SIGN
 ]  # fmt: skip
 
 
@@ -55,6 +58,11 @@ MARKERS = [
     ("\uff1c\uff1c\uff1cEND\uff1e\uff1e\uff1e", "< < <END> > >"),  # FULLWIDTH
     ("\u27e8\u27e8\u27e8END\u27e9\u27e9\u27e9", "< < <END> > >"),  # MATHEMATICAL ANGLE BRACKETS
     ("\u300a<END\u300b>", "< < <END> > >"),  # DOUBLE ANGLE BRACKETS
+    ("\u2af7END\u2af8", "< < <END> > >"),  # TRIPLE NESTED LESS-THAN / GREATER-THAN
+    ("\u2aa1<END\u2aa2>", "< < <END> > >"),  # DOUBLE NESTED LESS-THAN and one ASCII
+    ("\u227a\u22d6\u2a79END\u227b\u22d7\u2a7a", "< < <END> > >"),  # PRECEDES, WITH DOT, WITH CIRCLE
+    ("\u2abb<END>\u2abc", "< < <END> > >"),  # DOUBLE PRECEDES / SUCCEEDS
+    ("\U000e003c\U000e003c\U000e003cEND", "< < <END"),  # TAG LESS-THAN SIGNs: shown, visible
 ]
 
 
