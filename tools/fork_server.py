@@ -73,10 +73,19 @@ KERNEL_ENV_ALLOWLIST = frozenset(
 KERNEL_THREAD_DEFAULTS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+# Set for every interpreter a cell starts (``python -c``/``-m``, joblib's loky workers,
+# ``multiprocessing``'s spawn): the workspace is their directory and the policy writes it, so
+# neither the directory nor the script's folder may lead ``sys.path`` (a planted ``argparse.py``
+# would run in a later honest cell's workers), nor may a user site or bytecode written there.
+# ``PYTHONPATH``/``PYTHONSTARTUP`` never reach cells: they are outside the allowlist.
+KERNEL_PYTHON_FLAGS = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def kernel_environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in KERNEL_ENV_ALLOWLIST or k.startswith("LC_")}
     for key, value in KERNEL_THREAD_DEFAULTS.items():
         env.setdefault(key, value)
+    env.update(KERNEL_PYTHON_FLAGS)
     return env
 
 

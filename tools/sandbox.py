@@ -707,6 +707,25 @@ def _hidden_top_dirs() -> list[str]:
     return sorted(found)
 
 
+def _top_level_files() -> list[str]:
+    """Everything at / that is neither a folder nor a link (``/container_info.json``,
+    ``/.dockerenv``, a socket): covered one by one with an empty read-only file."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/"):
+            if not entry.is_dir(follow_symlinks=False) and not entry.is_symlink():
+                found.append(entry.path)
+    return sorted(found)
+
+
+def _cover_top_level_files(libc) -> None:
+    """Bind /dev/null, read-only, over each file at / (reads see nothing, writes fail)."""
+    for path in _top_level_files():
+        with contextlib.suppress(OSError):
+            _mount(libc, "/dev/null", path, None, MS_BIND)
+            _mount(libc, None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
 def _under(path: str, folders: list[str]) -> bool:
     return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
 
@@ -769,6 +788,7 @@ def _readonly_filesystem(
             finally:
                 for fd in fds:
                     os.close(fd)
+    _cover_top_level_files(libc)
     _fresh_proc(libc, pid_ns)
     if keep_root or os.geteuid() == 0:  # /dev/log and friends are sockets too
         _minimal_dev(libc)
@@ -1074,7 +1094,35 @@ DENIED_SYSCALLS = (
     "syslog",
     "iopl",
     "ioperm",
+    # SysV IPC objects outlive the process that made them (charged to the episode until it
+    # ends; the host's without an IPC namespace): nothing of the stack needs them
+    # (``multiprocessing`` uses POSIX semaphores and shared memory, files under /dev/shm).
+    "shmget",
+    "shmat",
+    "shmctl",
+    "semget",
+    "semop",
+    "semtimedop",
+    "semctl",
+    "msgget",
+    "msgsnd",
+    "msgrcv",
+    "msgctl",
 )
+# Calls that change a process's limits, priority, CPUs, scheduling, I/O class or memory
+# placement: refused (EPERM) unless they name the caller itself (pid 0), by the position of the
+# pid argument. Another target would be the worker above all (same uid, the parent of every
+# later cell, which would inherit the change), or a sibling process of the episode. prlimit64
+# that only reads (no new limit) stays allowed. A thread naming itself by its tid is refused
+# too (``pthread_setaffinity_np`` fails; nothing of the stack pins threads by default).
+_SELF_ONLY_SYSCALLS = {
+    "sched_setaffinity": 0,
+    "sched_setscheduler": 0,
+    "sched_setparam": 0,
+    "sched_setattr": 0,
+    "migrate_pages": 0,
+    "move_pages": 0,
+}
 
 
 class _ArgCmp(ctypes.Structure):
@@ -1134,6 +1182,16 @@ def build_seccomp_program() -> bytes | str:
                 if family not in ALLOWED_SOCKET_FAMILIES:
                     rule(call, _errno_action(_EAFNOSUPPORT), (0, SCMP_CMP_EQ, family, 0))
             rule(call, _errno_action(_EAFNOSUPPORT), (0, SCMP_CMP_GT, top, 0))
+        for call, arg in _SELF_ONLY_SYSCALLS.items():
+            rule(call, _errno_action(_EPERM), (arg, SCMP_CMP_NE, 0, 0))
+        rule("prlimit64", _errno_action(_EPERM), (0, SCMP_CMP_NE, 0, 0), (2, SCMP_CMP_NE, 0, 0))
+        # setpriority(which, who): PRIO_PROCESS (0) of the caller (0) only; PRIO_PGRP and
+        # PRIO_USER with who 0 would reach the worker too (same group or uid).
+        rule("setpriority", _errno_action(_EPERM), (0, SCMP_CMP_NE, 0, 0))
+        rule("setpriority", _errno_action(_EPERM), (1, SCMP_CMP_NE, 0, 0))
+        # ioprio_set(which, who, prio): IOPRIO_WHO_PROCESS (1) of the caller (0) only.
+        rule("ioprio_set", _errno_action(_EPERM), (0, SCMP_CMP_NE, 1, 0))
+        rule("ioprio_set", _errno_action(_EPERM), (1, SCMP_CMP_NE, 0, 0))
         # clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
         rule("clone3", _errno_action(_ENOSYS))
         # fallocate can reserve blocks past RLIMIT_FSIZE; posix_fallocate falls back to writes.

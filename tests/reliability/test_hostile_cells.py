@@ -566,3 +566,168 @@ def test_a_cell_sees_no_mount_of_other_jobs(workspace_root: Path, tmp_path: Path
     finally:
         libc.umount2(str(foreign).encode(), 2)
         KernelServer.shutdown_all()
+
+
+# ----------------------------------------------------------------------------- what a cell leaves
+# Red-team round on the per-cell executor: what one stateless cell could still change for the
+# episode's later, honest cells (its worker's attributes, a module planted for new interpreters,
+# SysV IPC objects), and what it could still see of the host.
+
+_ATTRS = (
+    "import os, resource\n"
+    "print('nice', os.getpriority(os.PRIO_PROCESS, 0))\n"
+    "print('cpus', sorted(os.sched_getaffinity(0)))\n"
+    "print('fsize', resource.getrlimit(resource.RLIMIT_FSIZE))\n"
+    "print('nofile', resource.getrlimit(resource.RLIMIT_NOFILE))\n"
+    "print('policy', os.sched_getscheduler(0))\n"
+)
+# Each call aims at the worker (the cell's parent) or at every process of the cell's uid or
+# group; each prints REFUSED or CHANGED. Syscall numbers: x86_64.
+_WORKER_ATTACKS = (
+    "import ctypes, os, resource\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "w = os.getppid()\n"
+    "def attempt(name, fn):\n"
+    "    try:\n"
+    "        fn()\n"
+    "        print(name, 'CHANGED')\n"
+    "    except OSError:\n"
+    "        print(name, 'REFUSED')\n"
+    "def raw(nr, *args):\n"
+    "    def call():\n"
+    "        if libc.syscall(nr, *args) != 0:\n"
+    "            raise OSError(ctypes.get_errno(), 'refused')\n"
+    "    return call\n"
+    "attempt('prlimit', lambda: resource.prlimit(w, resource.RLIMIT_FSIZE, (10, 10)))\n"
+    "attempt('setpriority', lambda: os.setpriority(os.PRIO_PROCESS, w, 19))\n"
+    "attempt('setpriority_pgrp', lambda: os.setpriority(os.PRIO_PGRP, 0, 19))\n"
+    "attempt('setpriority_user', lambda: os.setpriority(os.PRIO_USER, 0, 19))\n"
+    "attempt('affinity', lambda: os.sched_setaffinity(w, {min(os.sched_getaffinity(0))}))\n"
+    "attempt('scheduler', lambda: os.sched_setscheduler(w, os.SCHED_IDLE, os.sched_param(0)))\n"
+    "attempt('param', lambda: os.sched_setparam(w, os.sched_param(0)))\n"
+    "attr = (ctypes.c_uint32 * 14)(56, 5)  # size, SCHED_IDLE\n"
+    "attempt('setattr', raw(314, w, ctypes.byref(attr), 0))\n"
+    "attempt('ioprio', raw(251, 1, w, (3 << 13)))  # IOPRIO_WHO_PROCESS, class idle\n"
+    "attempt('ioprio_user', raw(251, 3, 0, (3 << 13)))  # IOPRIO_WHO_USER, own uid\n"
+)
+
+
+def test_a_cell_cannot_change_its_workers_limits_priority_or_cpus(workspace_root: Path):
+    """prlimit, setpriority, sched_set*, ioprio_set aimed at another process (the worker above
+    all: every later cell is forked from it) are refused; the next cell's attributes are the
+    first cell's."""
+    env = make_env(workspace_root)
+    try:
+        before = _shown(env.step(code(_ATTRS)))
+        attack = env.step(code(_WORKER_ATTACKS))
+        assert attack["metadata"]["exec"]["status"] == "ok", _shown(attack)
+        lines = _shown(attack).split("\n")
+        assert "CHANGED" not in _shown(attack) and len([x for x in lines if "REFUSED" in x]) == 10, lines
+        assert _shown(env.step(code(_ATTRS))) == before
+        _later_cells_are_judged_as_their_own(env)
+    finally:
+        env.close()
+
+
+def test_a_cell_may_still_set_its_own_limits_priority_and_cpus(workspace_root: Path):
+    """The same calls aimed at the calling process itself (pid 0) keep working: honest code
+    (``os.nice``, ``resource.setrlimit``, pinning itself) is not broken by the filter."""
+    env = make_env(workspace_root)
+    try:
+        out = env.step(
+            code(
+                "import os, resource\n"
+                "os.nice(1)\n"
+                "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
+                "resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))\n"
+                "resource.prlimit(0, resource.RLIMIT_CORE, (0, 0))\n"
+                "cpu = min(os.sched_getaffinity(0))\n"
+                "os.sched_setaffinity(0, {cpu})\n"
+                "os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))\n"
+                "print(os.getpriority(os.PRIO_PROCESS, 0) >= 1, os.sched_getaffinity(0) == {cpu},\n"
+                "      resource.getrlimit(resource.RLIMIT_NOFILE)[0],\n"
+                "      os.sched_getscheduler(0) == os.SCHED_BATCH)\n"
+            )
+        )
+        assert _shown(out) == "True True 64 True\n", _shown(out)
+    finally:
+        env.close()
+
+
+PLANT = (
+    "open('argparse.py', 'w').write(\"print('PLANTED CODE RAN')\\nraise SystemExit(0)\\n\")\nprint('planted')"
+)
+
+
+@pytest.mark.parametrize(
+    "later",
+    [
+        "import subprocess, sys\n"
+        "r = subprocess.run([sys.executable, '-c', 'import argparse; print(\"clean\")'],\n"
+        "                   capture_output=True, text=True)\n"
+        "print(r.stdout + r.stderr)",
+        "import subprocess, sys\n"
+        "r = subprocess.run([sys.executable, '-m', 'json.tool', '--help'], capture_output=True, text=True)\n"
+        "print('PLANTED CODE RAN' if 'PLANTED' in r.stdout + r.stderr else 'clean')",
+        "from joblib import Parallel, delayed\nimport math\n"
+        "print('clean', Parallel(n_jobs=2)(delayed(math.sqrt)(x) for x in (4, 9, 16)))",
+    ],
+    ids=["python_c", "python_m", "joblib_loky"],
+)
+def test_a_planted_module_does_not_run_in_a_later_cells_new_interpreter(later: str, workspace_root: Path):
+    """An interpreter a later cell starts (``python -c``, ``-m``, joblib's loky workers, all
+    from the workspace as their directory) imports the standard library, not a same-named file
+    an earlier cell wrote into the workspace."""
+    env = make_env(workspace_root, timeout_s=30.0)
+    try:
+        assert _shown(env.step(code(PLANT))) == "planted\n"
+        out = env.step(code(later))
+        assert "clean" in _shown(out) and "PLANTED" not in _shown(out), _shown(out)
+    finally:
+        env.close()
+
+
+def test_sysv_ipc_is_refused_and_posix_locks_work(workspace_root: Path):
+    """SysV shared memory, semaphores and message queues outlive the process that made them
+    (charged to the episode, or the host's without an IPC namespace): cells cannot make them.
+    ``multiprocessing``'s locks (POSIX semaphores) still work."""
+    env = make_env(workspace_root)
+    try:
+        out = env.step(
+            code(
+                "import ctypes, multiprocessing\n"
+                "libc = ctypes.CDLL(None, use_errno=True)\n"
+                "print(libc.shmget(0, 1 << 20, 0o1600), libc.semget(0, 1, 0o1600), libc.msgget(0, 0o1600))\n"
+                "lock = multiprocessing.Lock()\n"
+                "with lock:\n"
+                "    print('locked')\n"
+            )
+        )
+        assert _shown(out) == "-1 -1 -1\nlocked\n", _shown(out)
+    finally:
+        env.close()
+
+
+def test_top_level_files_of_the_host_are_not_in_view(workspace_root: Path):
+    """Files at ``/`` (``/container_info.json``, ``/.dockerenv``...) are covered like folders."""
+    names = sorted(e.name for e in os.scandir("/") if e.is_file(follow_symlinks=False))
+    if not names:
+        pytest.skip("no regular file at / on this host")
+    env = make_env(workspace_root)
+    try:
+        if env.kernel.sandbox.get("fs") != "readonly":
+            pytest.skip("no private read-only mount namespace here")
+        out = env.step(
+            code(
+                "import os\n"
+                f"for name in {names!r}:\n"
+                "    try:\n"
+                "        data = open('/' + name, 'rb').read()\n"
+                "    except OSError:\n"
+                "        data = b''\n"
+                "    print(name, len(data))\n"
+            )
+        )
+        assert _shown(out) == "".join(f"{n} 0\n" for n in names), _shown(out)
+    finally:
+        env.close()
