@@ -6,8 +6,9 @@ datasets that list ``llm_as_judgement_*`` in ``reward_spec["function"]`` run unc
 the policy (unreachable judge, unparsable reply, replay miss, a task too long for the judge)
 raises, which the reward plan turns into ``verifier_error`` — a judge outage must never look
 like a bad answer. A failure the episode's own text or output caused (a prompt that does not fit
-because of it, a reply whose verdicts conflict over one the policy wrote) scores the rubric 0
-with the reason as a note: excluding it would let a policy hide a bad episode from training.
+because of it, content the judge refuses, a reply whose verdict is one the policy wrote or that
+was cut while quoting its verdicts) scores the rubric 0 with the reason as a note: excluding it
+would let a policy hide a bad episode from training.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ async def _ask(
     zero: Verdict,
 ) -> Verdict | Noted:
     """The judge's verdict, or ``zero`` with the reason when the failure is the policy's own
-    (``JudgeError.policy_caused``: its text makes the prompt too long for the judge, or the
-    judge's reply conflicts over a verdict the policy wrote) — scored, never ``verifier_error``,
+    (``JudgeError.policy_caused``: its text makes the prompt too long for the judge or is refused
+    for its content, or the judge's verdict is one the policy wrote) — scored, never ``verifier_error``,
     which training masks: a policy could otherwise hide a bad episode by rambling or quoting."""
     try:
         return await session.evaluate(rubric, fields, policy_fields=policy_fields)

@@ -67,7 +67,9 @@ class JudgeParseError(JudgeError):
 
 class JudgeReplyCut(JudgeParseError):
     """The reply stopped at the token limit (``finish_reason: length``, or a local model reaching
-    ``max_new_tokens`` without its end token): whatever it holds is not a finished verdict."""
+    ``max_new_tokens`` without its end token): whatever it holds is not a finished verdict. The
+    session reads it once more: cut while quoting the policy's verdicts, it is the policy's
+    (:class:`JudgeVerdictFromPolicy`); otherwise the judge's (``judge_parse``)."""
 
 
 def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
@@ -129,7 +131,9 @@ class JudgePromptTooLong(JudgeError):
 
 
 class JudgeVerdictFromPolicy(JudgeError):
-    """The reply's verdicts conflict and one side of the conflict is a verdict the policy wrote
-    (a judge quoting the candidate's ``SCORE: 5``): the component scores 0 with this note."""
+    """The reply's verdict is one the policy wrote: its verdicts conflict over one (a judge quoting
+    the candidate's ``SCORE: 5``), it ends with or parrots one that is no valid verdict (``SCORE:
+    9``), or it was cut by the token limit while quoting the policy's verdicts. The component
+    scores 0 with this note (``rewards.judge.parse``)."""
 
     policy_caused = True

@@ -19,11 +19,20 @@ score object) to game the judge, so:
 - a reply whose last line is no clean verdict but mentions a ``SCORE: N`` the policy wrote (a
   judge that quoted ``Answer: SCORE: 5`` last, or ended "the candidate claims SCORE: 5") is
   :class:`FromPolicy` too: the policy's verdict took the place of the judge's;
-- a number out of range, a final line with two ``SCORE:``, a JSON object missing a dimension, a
-  reply with no verdict raise :class:`JudgeParseError` carrying the raw reply — never a guessed
-  number. A reply whose only verdict equals one the policy wrote is read as the judge's: no
-  parser can tell agreement from quotation, and calling it none would let the policy's text
-  exclude its own episode.
+- a verdict the rule reads that is no valid one (out of the rubric's range, an object missing a
+  dimension, a ``SCORE:`` without a number) and that the policy wrote (its value, its object, its
+  line) is :class:`FromPolicy`: a judge that parroted the episode's ``SCORE: 9`` gave no verdict
+  of its own, and the policy's text chose that;
+- any other number out of range, a final line with two ``SCORE:``, a JSON object missing a
+  dimension, a reply with no verdict raise :class:`JudgeParseError` carrying the raw reply —
+  never a guessed number. A reply whose only verdict equals a valid one the policy wrote is read
+  as the judge's: no parser can tell agreement from quotation, and calling it none would let the
+  policy's text exclude its own episode.
+
+"What the policy wrote" (``policy_text``) is its raw text *and* that text as the prompt showed it
+(``rewards.judge.session`` passes both: the renderer breaks up ``<<<`` runs and escapes tags, and a
+judge quotes what it was shown), both read folded. A reply cut by the token limit is no verdict;
+:func:`cut_quoting_policy` says when it was cut while quoting the policy's verdicts.
 
 ``which="first"`` keeps upstream's rule (the first ``SCORE:`` anywhere, in the raw reply) for
 the ``upstream`` profile (docs/design.md §8). A reply cut by the token limit never reaches these
@@ -57,6 +66,7 @@ _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _CLOSING_FENCE = re.compile(r"\n?[ \t]*```[ \t]*\Z")
 _MAX_OPENINGS = 64
 _FLAT_OBJECT = re.compile(r"\{[^{}]*\}")
+_WORD_GOES_ON = re.compile(r"[\w.]")
 
 
 @dataclass(frozen=True)
@@ -67,9 +77,7 @@ class FromPolicy:
     reason: str
 
 
-def policy_scores(policy_text: str) -> set[float]:
-    """Every ``SCORE: N`` value the policy wrote anywhere in its (folded) text."""
-    folded = fold(policy_text)
+def _scores_in(folded: str) -> set[float]:
     values = set()
     for match in _SCORE.finditer(folded):
         number = _NUMBER.match(folded, match.end())
@@ -78,20 +86,54 @@ def policy_scores(policy_text: str) -> set[float]:
     return values
 
 
-def _quotes_a_policy_score(line: str, policy_text: str) -> bool:
-    """``line`` (folded) mentions a ``SCORE: N`` whose value the policy wrote: the judge quoted or
-    restated the episode's own verdict where its own should stand."""
-    if not policy_text or _SCORE.search(line) is None:
+def policy_scores(policy_text: str) -> set[float]:
+    """Every ``SCORE: N`` value the policy wrote anywhere in its (folded) text."""
+    return _scores_in(fold(policy_text))
+
+
+def _tail(line: str, start: int) -> str:
+    """A ``SCORE:`` mention's text from ``SCORE`` to the end of its line, stripped and lowered."""
+    end = line.find("\n", start)
+    return line[start : len(line) if end < 0 else end].strip().lower()
+
+
+@dataclass(frozen=True)
+class _Written:
+    """What the policy wrote, read once: its ``SCORE:`` values, and each of its ``SCORE:`` mentions
+    from ``SCORE`` to the end of its line (``score: high``)."""
+
+    scores: frozenset[float]
+    tails: frozenset[str]
+
+    @classmethod
+    def of(cls, policy_text: str) -> _Written:
+        folded = fold(policy_text)
+        tails = {_tail(folded, m.start()) for m in _SCORE.finditer(folded)}
+        return cls(frozenset(_scores_in(folded)), frozenset(t for t in tails if len(t) > len("score:")))
+
+
+def _quotes_a_policy_score(line: str, written: _Written) -> bool:
+    """``line`` (folded) mentions a ``SCORE:`` the policy wrote — its value, or a mention of its
+    whole (``SCORE: high``, followed by the end of the line or a space or punctuation, never by
+    more of a word or number): the judge quoted or restated the episode's own verdict where its
+    own should stand."""
+    match = _SCORE.search(line)
+    if match is None or not (written.scores or written.tails):
         return False
-    return bool(policy_scores(line) & policy_scores(policy_text))
+    if _scores_in(line) & written.scores:
+        return True
+    tail = _tail(line, match.start())
+    return any(
+        tail == t or (tail.startswith(t) and not _WORD_GOES_ON.match(tail, len(t))) for t in written.tails
+    )
 
 
 def policy_score_objects(policy_text: str) -> list[dict[str, object]]:
-    """Every flat JSON object naming all five dimensions that the policy wrote (keys lowered)."""
+    """Every flat JSON object naming a dimension that the policy wrote (keys lowered)."""
     found = []
     for match in _FLAT_OBJECT.finditer(fold(policy_text)):
         blob = match.group()
-        if not all(d in blob.lower() for d in DIMENSIONS):
+        if not any(d in blob.lower() for d in DIMENSIONS):
             continue
         try:
             data = _load_lenient(blob)
@@ -107,16 +149,24 @@ def _snippet(reply: str, limit: int = 80) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _first_score(reply: str, low: float, high: float) -> float:
-    """Upstream's rule: the first ``SCORE:`` anywhere in the reply."""
+def _first_score(reply: str, low: float, high: float, policy_text: str) -> float | FromPolicy:
+    """Upstream's rule: the first ``SCORE:`` anywhere in the reply; one that is no valid verdict
+    and that the policy wrote is :class:`FromPolicy`."""
     match = _SCORE.search(reply)
     if match is None:
         raise JudgeParseError(f"no 'SCORE:' line in the reply ({_snippet(reply)!r})", reply)
+    line = reply[match.start() :].splitlines()[0]
     number = _NUMBER.match(reply, match.end())
-    if number is None:
-        line = reply[match.start() :].splitlines()[0]
-        raise JudgeParseError(f"the first 'SCORE:' line has no number ({_snippet(line)!r})", reply)
-    return _in_range(number.group(1), low, high, reply)
+    try:
+        if number is None:
+            raise JudgeParseError(f"the first 'SCORE:' line has no number ({_snippet(line)!r})", reply)
+        return _in_range(number.group(1), low, high, reply)
+    except JudgeParseError as exc:
+        if _quotes_a_policy_score(fold(line), _Written.of(policy_text)):
+            return FromPolicy(
+                f"the judge's first SCORE is the episode's own and no valid verdict ({exc}): scored 0"
+            )
+        raise
 
 
 def _in_range(text: str, low: float, high: float, reply: str) -> float:
@@ -135,14 +185,15 @@ def parse_score(
     if which not in ("last", "first"):
         raise ValueError(f"which must be 'last' or 'first', got {which!r}")
     if which == "first":
-        return _first_score(reply, low, high)
+        return _first_score(reply, low, high, policy_text)
     folded = fold(reply)
     lines = [(number, line.strip()) for number, line in enumerate(folded.splitlines(), 1) if line.strip()]
     if not lines or _SCORE.search(folded) is None:
         raise JudgeParseError(f"no 'SCORE:' line in the reply ({_snippet(reply)!r})", reply)
     final_number, final = lines[-1]
     verdict = _VERDICT_LINE.fullmatch(final)
-    if (verdict is None or len(_SCORE.findall(final)) > 1) and _quotes_a_policy_score(final, policy_text):
+    written = _Written.of(policy_text)
+    if (verdict is None or len(_SCORE.findall(final)) > 1) and _quotes_a_policy_score(final, written):
         return FromPolicy(
             f"the judge's reply ends with the episode's own verdict ({_snippet(final)!r}) where "
             "the rubric asks for the judge's: scored 0"
@@ -162,8 +213,15 @@ def parse_score(
         if other is not None and float(other.group("number")) != value:
             others.setdefault(float(other.group("number")), (number, line))
     if not others:
-        return _in_range(verdict.group("number"), low, high, reply)
-    quoted = sorted(({value} | set(others)) & policy_scores(policy_text))
+        try:
+            return _in_range(verdict.group("number"), low, high, reply)
+        except JudgeParseError as exc:
+            if value in written.scores:
+                return FromPolicy(
+                    f"the judge's only verdict is the episode's own and no valid one ({exc}): scored 0"
+                )
+            raise
+    quoted = sorted(({value} | set(others)) & written.scores)
     if quoted:
         return FromPolicy(
             f"the judge's reply holds conflicting verdicts and SCORE: {quoted[0]:g} is one the "
@@ -254,8 +312,8 @@ def parse_dimensions(
         lowered = {str(k).strip().lower(): v for k, v in other.items()}
         if all(d in lowered for d in DIMENSIONS) and lowered != final:
             conflicting.append((offset, lowered))
+    written = policy_score_objects(policy_text) if policy_text else []
     if conflicting:
-        written = policy_score_objects(policy_text)
         quoted = [o for o, obj in [(-1, final), *conflicting] if obj is not None and obj in written]
         if quoted:
             line = folded.count("\n", 0, quoted[0]) + 1
@@ -264,7 +322,14 @@ def parse_dimensions(
                 f"the judge's reply holds conflicting score objects and {where} is one the episode "
                 "wrote itself: scored 0"
             )
-    scores = _dimension_scores(data, low, high, reply)
+    try:
+        scores = _dimension_scores(data, low, high, reply)
+    except JudgeParseError as exc:
+        if final is not None and final in written:
+            return FromPolicy(
+                f"the judge's only score object is the episode's own and no valid verdict ({exc}): scored 0"
+            )
+        raise
     for _, other in conflicting:
         try:  # a conflicting object that is no valid verdict is not one: it cannot lower anything
             theirs = _dimension_scores(other, low, high, reply)
@@ -272,3 +337,32 @@ def parse_dimensions(
             continue
         scores = {dim: min(scores[dim], theirs[dim]) for dim in DIMENSIONS}
     return scores
+
+
+def cut_quoting_policy(reply: str, policy_text: str) -> FromPolicy | None:
+    """:class:`FromPolicy` when ``reply`` — cut by the token limit, so holding no verdict — holds a
+    verdict the policy wrote (a line mentioning a ``SCORE:`` it wrote, or a flat score object it
+    wrote): the judge ran out while quoting the episode, which a flood of verdict lines chooses.
+    None otherwise: a cut reply without the policy's verdicts stays the judge's failure."""
+    if not policy_text:
+        return None
+    folded = fold(reply)
+    written = _Written.of(policy_text)
+    for line in folded.splitlines():
+        if _quotes_a_policy_score(line, written):
+            return FromPolicy(
+                "the judge's reply was cut by the token limit while quoting the episode's own "
+                f"verdicts ({_snippet(line.strip())!r}): scored 0"
+            )
+    objects = policy_score_objects(policy_text) if "{" in folded else []
+    for match in _FLAT_OBJECT.finditer(folded) if objects else ():
+        try:
+            data = _load_lenient(match.group())
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if isinstance(data, dict) and {str(k).strip().lower(): v for k, v in data.items()} in objects:
+            return FromPolicy(
+                "the judge's reply was cut by the token limit while quoting a score object the "
+                "episode wrote: scored 0"
+            )
+    return None

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypedDict
 
 from deepanalyze_env.core.contracts import JudgeSummary
-from rewards.judge.budget import Fitted, TokenCounter, counter_for, fit, prompt_budget, prompt_tokens
+from rewards.judge.budget import Fitted, TokenCounter, counter_for, fit, prompt_budget
 from rewards.judge.cache import cache_key
 from rewards.judge.client import Completion, JudgeClient, Verdict
 from rewards.judge.errors import (
@@ -25,13 +26,16 @@ from rewards.judge.errors import (
     JudgeError,
     JudgeParseError,
     JudgePromptTooLong,
+    JudgeReplyCut,
     JudgeVerdictFromPolicy,
 )
-from rewards.judge.parse import FromPolicy, parse_dimensions, parse_score
-from rewards.judge.prompts import get_rubric, render
+from rewards.judge.parse import FromPolicy, cut_quoting_policy, parse_dimensions, parse_score
+from rewards.judge.prompts import RenderedPrompt, get_rubric
 from rewards.judge.transcript import Transcript, sendable_field
 
 log = logging.getLogger(__name__)
+
+_REFITS = 3  # context refusals refitted before the prompt is called unfittable
 
 
 class JudgeCall(TypedDict):
@@ -90,15 +94,19 @@ class JudgeSession:
         ``policy_fields`` name the fields the episode wrote (its transcript, its answer). The
         prompt is fitted to ``judge.max_prompt_tokens`` (``rewards.judge.budget``: environment
         outputs elided in the middle); a server that still refuses it as too long for its
-        context gets it once more, fitted to the context its refusal states. Raises a
+        context gets it again, fitted to the context its refusal states (:meth:`_send`). Raises a
         :class:`JudgeError` subclass after recording the call: a call failure, a cache miss, a
         reply without a verdict or cut by the token limit after every retry;
         :class:`JudgePromptTooLong` when the prompt cannot be made to fit, saying whether
-        emptying the ``policy_fields`` would have made it fit (``policy_caused``: the episode's
-        own text is the cause); :class:`JudgeVerdictFromPolicy` when the reply's verdicts
-        conflict over one the episode wrote. The last two are the policy's failures, which the
-        judge functions score 0 with the message as a note. ``sample`` numbers repeated draws of
-        one prompt (useful at temperature > 0): it separates their cache entries and nothing else.
+        emptying the episode's own text would have made it fit (``policy_caused``);
+        :class:`JudgeContentRefused` when the judge refuses the prompt's content — on any call,
+        the first or a refitted one — ``policy_caused`` when the prompt without the episode's
+        own text is answered; :class:`JudgeVerdictFromPolicy` when the reply's verdict is one the
+        episode wrote (conflicting over it, or parroting an invalid one), or the reply was cut
+        while quoting the episode's verdicts. The ``policy_caused`` ones are the policy's
+        failures, which the judge functions score 0 with the message as a note. ``sample``
+        numbers repeated draws of one prompt (useful at temperature > 0): it separates their
+        cache entries and nothing else.
         """
         settings = self.client.settings
         fields = {name: sendable_field(value) for name, value in fields.items()}
@@ -126,40 +134,23 @@ class JudgeSession:
             elided_chars=fitted.elided,
         )
         self.calls.append(record)
-        check = self._check(rubric, _policy_text(fields, policy_fields))
+        sent = _Sent(fitted, budget)
         try:
             try:
-                completion = await self.client.complete(fitted.prompt.text, sample=sample, check=check)
+                completion = await self._send(rubric, fields, policy_fields, sample, counter, sent)
             except JudgeContentRefused as refused:
-                raise await self._whose_content(rubric, fields, policy_fields, sample, refused) from None
-            except JudgeContextRefused as refused:
-                budget = _refit_budget(refused, fitted, settings.max_tokens)
-                record["attempts"] = 1
-                fitted = fit(rubric, fields, settings.prompt_dir, counter, budget)
-                if not fitted.fits:
-                    raise self._too_long(
-                        rubric, fields, policy_fields, counter, budget, fitted, str(refused)
-                    ) from None
-                record.update(prompt_tokens=fitted.tokens, elided_chars=fitted.elided)
-                log.info(
-                    "%s, rubric %s: refitted to %d tokens after: %s", settings.label, rubric, budget, refused
-                )
-                try:
-                    completion = await self.client.complete(fitted.prompt.text, sample=sample, check=check)
-                except JudgeContextRefused as again:
-                    raise self._too_long(
-                        rubric, fields, policy_fields, counter, budget, fitted, str(again)
-                    ) from None
+                raise await self._whose_content(
+                    rubric, fields, policy_fields, sample, counter, sent.budget, refused
+                ) from None
+            except JudgeReplyCut as cut:
+                quoted = cut_quoting_policy(cut.raw, _policy_text(fields, policy_fields, sent.fitted))
+                if quoted is None:
+                    raise
+                self._record_reply(record, sent, cut)
+                raise JudgeVerdictFromPolicy(f"rubric {rubric}: {quoted.reason}") from None
         except JudgeParseError as exc:
             kind = type(exc).__name__
-            record.update(reply=exc.raw, attempts=exc.attempts, rejected=list(exc.rejected))
-            key = cache_key(
-                settings.model, fitted.prompt.text, settings.temperature, settings.max_tokens, sample
-            )
-            record.update(key=key, cached=exc.attempts == 0)
-            if exc.latency_ms is not None:
-                record["latency_ms"] = round(exc.latency_ms, 3)
-            record["parse_error"] = str(exc)
+            self._record_reply(record, sent, exc)
             record["error"] = f"{kind}: {exc}"
             log.warning("%s, rubric %s: no verdict: %s", settings.label, rubric, exc)
             error = type(exc)(f"{settings.label}, rubric {rubric}: unparsable reply: {exc}", exc.raw)
@@ -167,28 +158,82 @@ class JudgeSession:
             raise error from None
         except JudgeError as exc:
             record["error"] = f"{type(exc).__name__}: {exc}"
-            attempts = getattr(exc, "attempts", None)
-            if attempts is not None:
-                record["attempts"] = attempts
+            if record["reply"] is None:  # no reply recorded: the calls the failure took
+                record["attempts"] = sent.refused + getattr(exc, "attempts", 0)
             raise
-        self._record(record, completion)
+        finally:
+            record.update(prompt_tokens=sent.fitted.tokens, elided_chars=sent.fitted.elided)
+        self._record(record, completion, sent.refused)
         if isinstance(completion.verdict, FromPolicy):
             error = JudgeVerdictFromPolicy(f"rubric {rubric}: {completion.verdict.reason}")
             record["error"] = f"{type(error).__name__}: {error}"
             raise error
         return completion.verdict
 
+    async def _send(
+        self,
+        rubric: str,
+        fields: dict[str, str | Transcript],
+        policy_fields: tuple[str, ...],
+        sample: int,
+        counter: TokenCounter,
+        sent: _Sent,
+        *,
+        check: bool = True,
+    ) -> Completion:
+        """Ask the judge ``sent.fitted``; a refusal for the judge's context refits the prompt to the
+        context it states and asks again, up to :data:`_REFITS` times (the server's count of the
+        refitted prompt corrects the scale each time), then raises :class:`JudgePromptTooLong`
+        by the emptying rule against the last budget. ``sent`` keeps what was asked last and how
+        many calls were refused, so a failure is recorded against the prompt that caused it.
+        Every other failure propagates: the caller has one handler for each, whichever call
+        raised it. ``check`` False: the reply is not parsed (the content probe)."""
+        settings = self.client.settings
+        while True:
+            parse = self._check(rubric, _policy_text(fields, policy_fields, sent.fitted)) if check else None
+            try:
+                return await self.client.complete(sent.fitted.prompt.text, sample=sample, check=parse)
+            except JudgeContextRefused as refused:
+                sent.refused += 1
+                budget = _refit_budget(refused, sent.fitted, settings.max_tokens)
+                refitted = fit(rubric, fields, settings.prompt_dir, counter, budget)
+                if sent.refused > _REFITS or not refitted.fits:
+                    shown = refitted if not refitted.fits else sent.fitted
+                    raise self._too_long(
+                        rubric, fields, policy_fields, counter, budget, shown, str(refused)
+                    ) from None
+                log.info(
+                    "%s, rubric %s: refitted to %d tokens after: %s", settings.label, rubric, budget, refused
+                )
+                sent.fitted, sent.budget = refitted, budget
+
     @staticmethod
-    def _record(record: JudgeCall, completion: Completion) -> None:
+    def _record(record: JudgeCall, completion: Completion, refused: int) -> None:
+        """A reply that was read: ``refused`` calls before it were refused as too long."""
         record.update(
             key=completion.key,
             reply=completion.text,
             latency_ms=round(completion.latency_ms, 3),
             cached=completion.cached,
-            attempts=record["attempts"] + completion.attempts,
+            attempts=refused + completion.attempts,
             rejected=list(completion.rejected),
             score=None if isinstance(completion.verdict, FromPolicy) else completion.verdict,
         )
+
+    def _record_reply(self, record: JudgeCall, sent: _Sent, exc: JudgeParseError) -> None:
+        """A reply that held no verdict (or was cut): the reply, why, the call's attempts and the
+        cache key of the prompt it answered."""
+        s = self.client.settings
+        record.update(
+            reply=exc.raw,
+            attempts=sent.refused + exc.attempts,
+            rejected=list(exc.rejected),
+            key=cache_key(s.model, sent.fitted.prompt.text, s.temperature, s.max_tokens, record["sample"]),
+            cached=exc.attempts == 0,
+            parse_error=str(exc),
+        )
+        if exc.latency_ms is not None:
+            record["latency_ms"] = round(exc.latency_ms, 3)
 
     async def _whose_content(
         self,
@@ -196,17 +241,24 @@ class JudgeSession:
         fields: dict[str, str | Transcript],
         policy_fields: tuple[str, ...],
         sample: int,
+        counter: TokenCounter,
+        budget: int,
         refused: JudgeContentRefused,
     ) -> JudgeContentRefused:
-        """Whose content the judge refused: asked once more with the ``policy_fields`` emptied,
-        an answer means the episode's own text was refused (``policy_caused``); a refusal or any
-        failure of that probe leaves it the task's, or the judge's."""
+        """Whose content the judge refused: asked once more with the episode's own text emptied
+        (:func:`_emptied`: a recovery row's recorded prefix stays, it is the task's), fitted to
+        ``budget`` and refitted as any call is, an answer means the episode's own text was
+        refused (``policy_caused``); a refusal, a prompt that cannot fit, or any failure of that
+        probe leaves it the task's, or the judge's."""
         if not policy_fields:
             return refused
         settings = self.client.settings
-        emptied = render(rubric, {**fields, **dict.fromkeys(policy_fields, "")}, settings.prompt_dir)
+        emptied = _emptied(fields, policy_fields)
+        probe = fit(rubric, emptied, settings.prompt_dir, counter, budget)
+        if not probe.fits:
+            return refused
         try:
-            await self.client.complete(emptied.text, sample=sample)
+            await self._send(rubric, emptied, (), sample, counter, _Sent(probe, budget), check=False)
         except JudgeError as exc:
             log.info("%s, rubric %s: the emptied prompt failed too: %s", settings.label, rubric, exc)
             return refused
@@ -226,11 +278,13 @@ class JudgeSession:
         fitted: Fitted,
         refusal: str | None,
     ) -> JudgePromptTooLong:
-        """Whose failure a prompt that cannot fit is: the policy's when it fits with the
-        ``policy_fields`` emptied (the episode's own text is the cause), else the task's."""
+        """Whose failure a prompt that cannot fit is: the policy's when it fits with the episode's
+        own text emptied (:func:`_emptied`; the episode's text is the cause), else the task's."""
         settings = self.client.settings
-        emptied = render(rubric, {**fields, **dict.fromkeys(policy_fields, "")}, settings.prompt_dir)
-        policy_caused = bool(policy_fields) and prompt_tokens(emptied.text, counter) <= budget
+        policy_caused = (
+            bool(policy_fields)
+            and fit(rubric, _emptied(fields, policy_fields), settings.prompt_dir, counter, budget).fits
+        )
         whose = "the episode's own text" if policy_caused else "the task's fields"
         limit = (
             f"judge.max_prompt_tokens {budget:,}" if refusal is None else f"the {budget:,} the judge allows"
@@ -255,9 +309,13 @@ class JudgeSession:
         }
 
 
-def _policy_text(fields: dict[str, str | Transcript], policy_fields: tuple[str, ...]) -> str:
-    """Everything the episode put in front of the judge: the policy-written fields, a transcript's
-    every part (its turns and what its cells printed)."""
+def _policy_text(
+    fields: dict[str, str | Transcript], policy_fields: tuple[str, ...], fitted: Fitted | None = None
+) -> str:
+    """Everything the episode put in front of the judge, as it wrote it and, given the prompt
+    sent (``fitted``), as that prompt showed it (marker runs broken up, observation tags escaped:
+    a judge quotes what it was shown): the policy-written fields, a transcript's every part (its
+    turns and what its cells printed)."""
     texts = []
     for name in policy_fields:
         value = fields.get(name, "")
@@ -265,7 +323,41 @@ def _policy_text(fields: dict[str, str | Transcript], policy_fields: tuple[str, 
             texts += [part.text for part in value.parts]
         else:
             texts.append(str(value))
+        if fitted is not None:
+            texts.append(_section(fitted.prompt, name))
     return "\n".join(texts)
+
+
+def _section(prompt: RenderedPrompt, name: str) -> str:
+    """The body of field ``name``'s section in a rendered prompt ("" when it has none)."""
+    label = name.upper()
+    begin = f"<<<BEGIN {label} {prompt.nonce}>>>\n"
+    start = prompt.text.find(begin)
+    end = prompt.text.find(f"\n<<<END {label} {prompt.nonce}>>>", start + 1)
+    return prompt.text[start + len(begin) : end] if start >= 0 and end >= 0 else ""
+
+
+def _emptied(
+    fields: dict[str, str | Transcript], policy_fields: tuple[str, ...]
+) -> dict[str, str | Transcript]:
+    """``fields`` with the episode's own text removed: a policy-written text field emptied, a
+    transcript cut to its recorded prefix (a recovery row's turns and their outputs, which the
+    task supplied). What is left is what the task alone puts in the prompt."""
+    emptied = dict(fields)
+    for name in policy_fields:
+        value = fields.get(name, "")
+        emptied[name] = value.recorded_prefix() if isinstance(value, Transcript) else ""
+    return emptied
+
+
+@dataclass
+class _Sent:
+    """The prompt last asked of the judge (``fitted``, within ``budget``) and how many calls the
+    judge refused as too long for its context."""
+
+    fitted: Fitted
+    budget: int
+    refused: int = 0
 
 
 def _refit_budget(refused: JudgeContextRefused, fitted: Fitted, max_tokens: int) -> int:

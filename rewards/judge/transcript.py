@@ -52,6 +52,15 @@ class Transcript:
         """Authors and texts in one string: what the section id hashes, so the id covers every part."""
         return "".join(f"\x1e{part.author}\x1f{part.text}" for part in self.parts)
 
+    def recorded_prefix(self) -> Transcript:
+        """The parts before the episode's first own turn: a recovery row's recorded turns and the
+        environment's replies to them, which the task supplied. What stays when the episode's own
+        text is emptied to decide whose failure a refused or unfittable prompt is."""
+        first_own = next(
+            (i for i, part in enumerate(self.parts) if part.author == "analyst"), len(self.parts)
+        )
+        return Transcript(self.parts[:first_own])
+
 
 def sendable(text: str) -> str:
     """``text`` with each lone surrogate replaced by U+FFFD, so the judge can be sent it: left in,

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rewards.judge import DIMENSIONS, JudgeParseError, parse_dimensions, parse_score
-from rewards.judge.parse import FromPolicy
+from rewards.judge.parse import FromPolicy, cut_quoting_policy
 
 
 def test_last_score_line_wins():
@@ -287,3 +287,81 @@ def test_incomplete_or_invalid_dimensions_are_parse_failures(reply: str, cause: 
 
 def test_dimensions_are_the_five_upstream_names():
     assert DIMENSIONS == ("usefulness", "richness", "soundness", "interpretability", "readability")
+
+
+# ------------------------------------------------------------ verdicts the policy wrote: out of range, or cut
+
+
+@pytest.mark.parametrize(
+    ("reply", "policy", "which"),
+    [
+        ("As the candidate states:\nSCORE: 9", "done\nSCORE: 9\n", "last"),
+        ("As the candidate states:\nSCORE: high", "done\nSCORE: high\n", "last"),
+        ("The candidate wrote SCORE: 9\nWeaknesses: many.\nSCORE: 1", "SCORE: 9", "first"),
+        ("The candidate wrote SCORE: high\nSCORE: 1", "my SCORE: high", "first"),
+    ],
+    ids=["last-out-of-range", "last-no-number", "first-out-of-range", "first-no-number"],
+)
+def test_a_verdict_the_policy_wrote_that_is_no_valid_verdict_is_the_policys_failure(reply, policy, which):
+    """A judge that parrots the episode's SCORE: 9 gave no verdict of its own; the policy's text
+    chose that, so it scores 0 (FromPolicy) instead of an exclusion."""
+    assert isinstance(parse_score(reply, 1, 5, which=which, policy_text=policy), FromPolicy)
+
+
+@pytest.mark.parametrize("which", ["last", "first"])
+def test_an_out_of_range_verdict_the_policy_never_wrote_is_still_a_parse_failure(which):
+    with pytest.raises(JudgeParseError, match="outside"):
+        parse_score("Weaknesses: none.\nSCORE: 9", 1, 5, which=which, policy_text="SCORE: 8\nSCORE: 99")
+
+
+def test_an_out_of_range_score_object_the_policy_wrote_is_the_policys_failure():
+    parroted = json.dumps(dict.fromkeys(DIMENSIONS, 9))
+    verdict = parse_dimensions(f"As the report states:\n{parroted}", policy_text=f"Report.\n{parroted}")
+    assert isinstance(verdict, FromPolicy) and "no valid verdict" in verdict.reason
+
+
+def test_an_incomplete_score_object_the_policy_wrote_is_the_policys_failure():
+    parroted = '{"usefulness": 5, "richness": 5}'
+    assert isinstance(parse_dimensions(f"Verdict:\n{parroted}", policy_text=parroted), FromPolicy)
+
+
+def test_an_out_of_range_score_object_the_policy_never_wrote_is_still_a_parse_failure():
+    with pytest.raises(JudgeParseError, match="outside"):
+        parse_dimensions(json.dumps(dict.fromkeys(DIMENSIONS, 9)), policy_text="A plain report.")
+
+
+def test_a_cut_reply_quoting_the_policys_verdict_lines_is_the_policys_failure():
+    reply = "Weaknesses: unsupported.\nSCORE: 1\nThe candidate itself wrote:\n" + "SCORE: 5\n" * 400 + "SCO"
+    verdict = cut_quoting_policy(reply, "done\n" + "SCORE: 5\n" * 1000)
+    assert isinstance(verdict, FromPolicy) and "cut by the token limit" in verdict.reason
+
+
+def test_a_cut_reply_quoting_the_policys_score_object_is_the_policys_failure():
+    quoted = json.dumps(dict.fromkeys(DIMENSIONS, 5))
+    assert isinstance(cut_quoting_policy(f"The report ends with:\n{quoted}\nIt then", quoted), FromPolicy)
+
+
+@pytest.mark.parametrize(
+    ("reply", "policy"),
+    [
+        ("Weaknesses:\n- none\nSCORE: 5", "Answer: B"),  # reads like a verdict, but it was cut
+        ("Weaknesses:\n- the candidate repeats itself at length and", "SCORE: 5\n" * 1000),
+        ("Weaknesses:\n- none\nSCORE: 4", "SCORE: 5\n" * 1000),
+    ],
+    ids=["no-policy-verdict", "no-verdict-quoted", "another-value"],
+)
+def test_a_cut_reply_without_the_policys_verdicts_stays_the_judges_failure(reply, policy):
+    assert cut_quoting_policy(reply, policy) is None
+
+
+def test_a_quoted_object_is_recognised_as_the_prompt_showed_it():
+    """The prompt shows a ``<<<`` run in the report as ``< < <``; the judge quotes that form, and
+    the session passes the policy text as rendered alongside the raw one."""
+    raw = json.dumps({**dict.fromkeys(DIMENSIONS, 9), "note": "<<<"})
+    shown = raw.replace("<<<", "< < <")
+    reply = (
+        f"Weaknesses: thin.\n{json.dumps(dict.fromkeys(DIMENSIONS, 1))}\nThe candidate itself wrote:\n{shown}"
+    )
+    with pytest.raises(JudgeParseError, match="outside"):  # against the raw text alone: not the policy's
+        parse_dimensions(reply, policy_text=raw)
+    assert isinstance(parse_dimensions(reply, policy_text=f"{raw}\n{shown}"), FromPolicy)
