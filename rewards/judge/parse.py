@@ -67,6 +67,7 @@ _CLOSING_FENCE = re.compile(r"\n?[ \t]*```[ \t]*\Z")
 _MAX_OPENINGS = 64
 _FLAT_OBJECT = re.compile(r"\{[^{}]*\}")
 _WORD_GOES_ON = re.compile(r"[\w.]")
+_MIN_CUT_QUOTE = 12  # the least of a policy's verdict line a cut reply must end with to count
 
 
 @dataclass(frozen=True)
@@ -340,10 +341,12 @@ def parse_dimensions(
 
 
 def cut_quoting_policy(reply: str, policy_text: str) -> FromPolicy | None:
-    """:class:`FromPolicy` when ``reply`` — cut by the token limit, so holding no verdict — holds a
-    verdict the policy wrote (a line mentioning a ``SCORE:`` it wrote, or a flat score object it
-    wrote): the judge ran out while quoting the episode, which a flood of verdict lines chooses.
-    None otherwise: a cut reply without the policy's verdicts stays the judge's failure."""
+    """:class:`FromPolicy` when ``reply`` — cut by the token limit, so holding no verdict — was cut
+    while quoting the policy's verdicts: it holds a line mentioning a ``SCORE:`` the policy wrote,
+    or a flat score object the policy wrote, or it stops inside one (its last line is the start of
+    a line of the policy's that holds a verdict: a score object with a 6,000-character note, cut
+    before its end). A flood of verdict lines, or one long one, chooses that cut. None otherwise:
+    a cut reply without the policy's verdicts stays the judge's failure."""
     if not policy_text:
         return None
     folded = fold(reply)
@@ -365,4 +368,21 @@ def cut_quoting_policy(reply: str, policy_text: str) -> FromPolicy | None:
                 "the judge's reply was cut by the token limit while quoting a score object the "
                 "episode wrote: scored 0"
             )
+    last = folded.rstrip().rsplit("\n", 1)[-1].strip().lstrip(">").strip()
+    if len(last) >= _MIN_CUT_QUOTE and ("{" in last or _SCORE.search(last)):
+        for line in fold(policy_text).splitlines():
+            line = line.strip()
+            if len(line) > len(last) and line.startswith(last) and _holds_a_verdict(line):
+                return FromPolicy(
+                    "the judge's reply was cut by the token limit inside a verdict the episode "
+                    f"wrote ({_snippet(last)!r}): scored 0"
+                )
     return None
+
+
+def _holds_a_verdict(line: str) -> bool:
+    """A line (folded) that holds a ``SCORE:`` or the opening of a score object."""
+    if _SCORE.search(line):
+        return True
+    lowered = line.lower()
+    return "{" in line and any(d in lowered for d in DIMENSIONS)

@@ -341,6 +341,29 @@ def test_a_cut_reply_quoting_the_policys_score_object_is_the_policys_failure():
     assert isinstance(cut_quoting_policy(f"The report ends with:\n{quoted}\nIt then", quoted), FromPolicy)
 
 
+def test_a_reply_cut_inside_a_long_score_object_the_policy_wrote_is_the_policys_failure():
+    """No whole object is in the reply — the note runs past the token limit — but its last line is
+    the start of the policy's own object line."""
+    written = json.dumps({**dict.fromkeys(DIMENSIONS, 9), "note": "x" * 6000})
+    verdict = cut_quoting_policy(
+        f"SCORE: 1\nThe candidate itself wrote:\n{written[:3000]}", f"out:\n{written}\n"
+    )
+    assert isinstance(verdict, FromPolicy) and "inside a verdict the episode wrote" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Weaknesses:\n- the analysis says the revenue of store B is",  # the start of a line with no verdict
+        'SCORE: 1\nThe candidate wrote:\n{"usef',  # too little of the object to tell
+    ],
+    ids=["no-verdict-in-the-line", "too-short"],
+)
+def test_a_reply_cut_inside_other_text_stays_the_judges_failure(reply):
+    policy = "- the analysis says the revenue of store B is 32\n" + json.dumps(dict.fromkeys(DIMENSIONS, 9))
+    assert cut_quoting_policy(reply, policy) is None
+
+
 @pytest.mark.parametrize(
     ("reply", "policy"),
     [
