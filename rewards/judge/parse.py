@@ -68,6 +68,7 @@ _MAX_OPENINGS = 64
 _FLAT_OBJECT = re.compile(r"\{[^{}]*\}")
 _WORD_GOES_ON = re.compile(r"[\w.]")
 _MIN_CUT_QUOTE = 12  # the least of a policy's verdict line a cut reply must end with to count
+_QUOTE_MARKS = ">-*\u2022 \t"  # what a judge puts before a line it quotes (after folding)
 
 
 @dataclass(frozen=True)
@@ -342,20 +343,27 @@ def parse_dimensions(
 
 def cut_quoting_policy(reply: str, policy_text: str) -> FromPolicy | None:
     """:class:`FromPolicy` when ``reply`` — cut by the token limit, so holding no verdict — was cut
-    while quoting the policy's verdicts: it holds a line mentioning a ``SCORE:`` the policy wrote,
-    or a flat score object the policy wrote, or it stops inside one (its last line is the start of
-    a line of the policy's that holds a verdict: a score object with a 6,000-character note, cut
-    before its end). A flood of verdict lines, or one long one, chooses that cut. None otherwise:
-    a cut reply without the policy's verdicts stays the judge's failure."""
+    while quoting the policy's verdicts: a line of it, quote and list marks aside, is a verdict line
+    whose value the policy wrote or a verdict-holding line of the policy's, verbatim; or it holds a
+    flat score object the policy wrote; or it stops inside one (its last line, at least
+    :data:`_MIN_CUT_QUOTE` characters, begins a verdict-holding line of the policy's: a score
+    object with a 6,000-character note, cut before its end). A flood of verdict lines, or one long
+    one, chooses that cut. A mention inside the judge's own sentence does not count (an honest
+    episode that printed ``mean score: 4.2`` is not the cause of a judge talking past its limit),
+    and a cut reply without the policy's verdicts stays the judge's failure: None."""
     if not policy_text:
         return None
     folded = fold(reply)
-    written = _Written.of(policy_text)
+    policy = fold(policy_text)
+    scores = _scores_in(policy)
+    verdict_lines = {line.strip().lower() for line in policy.splitlines() if _holds_a_verdict(line)}
     for line in folded.splitlines():
-        if _quotes_a_policy_score(line, written):
+        quoted = line.strip().lstrip(_QUOTE_MARKS).strip()
+        verdict = _VERDICT_LINE.fullmatch(quoted)
+        if quoted.lower() in verdict_lines or (verdict and float(verdict.group("number")) in scores):
             return FromPolicy(
                 "the judge's reply was cut by the token limit while quoting the episode's own "
-                f"verdicts ({_snippet(line.strip())!r}): scored 0"
+                f"verdicts ({_snippet(quoted)!r}): scored 0"
             )
     objects = policy_score_objects(policy_text) if "{" in folded else []
     for match in _FLAT_OBJECT.finditer(folded) if objects else ():
@@ -368,15 +376,12 @@ def cut_quoting_policy(reply: str, policy_text: str) -> FromPolicy | None:
                 "the judge's reply was cut by the token limit while quoting a score object the "
                 "episode wrote: scored 0"
             )
-    last = folded.rstrip().rsplit("\n", 1)[-1].strip().lstrip(">").strip()
-    if len(last) >= _MIN_CUT_QUOTE and ("{" in last or _SCORE.search(last)):
-        for line in fold(policy_text).splitlines():
-            line = line.strip()
-            if len(line) > len(last) and line.startswith(last) and _holds_a_verdict(line):
-                return FromPolicy(
-                    "the judge's reply was cut by the token limit inside a verdict the episode "
-                    f"wrote ({_snippet(last)!r}): scored 0"
-                )
+    last = folded.rstrip().rsplit("\n", 1)[-1].strip().lstrip(_QUOTE_MARKS).strip().lower()
+    if len(last) >= _MIN_CUT_QUOTE and any(len(v) > len(last) and v.startswith(last) for v in verdict_lines):
+        return FromPolicy(
+            "the judge's reply was cut by the token limit inside a verdict the episode wrote "
+            f"({_snippet(last)!r}): scored 0"
+        )
     return None
 
 

@@ -388,3 +388,14 @@ def test_a_quoted_object_is_recognised_as_the_prompt_showed_it():
     with pytest.raises(JudgeParseError, match="outside"):  # against the raw text alone: not the policy's
         parse_dimensions(reply, policy_text=raw)
     assert isinstance(parse_dimensions(reply, policy_text=f"{raw}\n{shown}"), FromPolicy)
+
+
+def test_a_cut_reply_mentioning_a_policy_score_inside_its_own_sentence_stays_the_judges_failure():
+    """An honest episode that printed ``mean score: 4.2`` did not make the judge talk past its
+    limit by being discussed: only quoted verdict lines, or a cut inside one, count."""
+    reply = "Weaknesses:\n- the output shows mean score: 4.2 across stores, which the analysis"
+    assert cut_quoting_policy(reply, "store  mean score: 4.2\nstore B leads") is None
+
+
+def test_a_cut_reply_quoting_the_policys_verdict_line_after_a_quote_mark_is_the_policys_failure():
+    assert isinstance(cut_quoting_policy("SCORE: 1\n> SCORE: 5\n> SCO", "claim\nSCORE: 5\n"), FromPolicy)
