@@ -288,3 +288,49 @@ def test_a_cells_report_of_itself_is_parsed_strictly(record: bytes, expected: tu
 def test_an_empty_cell_is_a_cell(kernel: Kernel):
     result = kernel.run("")
     assert (result.status, result.output) == ("ok", "")
+
+
+def test_no_pid_namespace_is_refused_unless_allowed(tmp_path: Path):
+    """Without a PID namespace a cell reaches other episodes' files through /proc/<pid>/root:
+    the kernel does not start with it unless ``allow_unsafe`` says so, and its one-line error
+    names what failed and what to set."""
+    from tools.kernel import KernelError
+
+    with pytest.raises(KernelError) as err:
+        Kernel(tmp_path, timeout_s=2.0, sandbox={"pid_namespace": False})
+    message = str(err.value)
+    assert "\n" not in message
+    assert "no PID namespace" in message and "executor.sandbox.allow_unsafe: true" in message
+
+
+def test_cells_never_run_as_root_on_a_writable_filesystem_by_default(tmp_path: Path):
+    """With ``readonly_fs`` off, cells either run as a uid other than 0 or the kernel refuses
+    to start (here, as root, uid 65534 cannot read an interpreter under /root)."""
+    from tools.kernel import KernelError
+
+    try:
+        k = Kernel(tmp_path, timeout_s=5.0, sandbox={"readonly_fs": False})
+    except KernelError as exc:
+        assert "root on a writable filesystem" in str(exc) and "allow_unsafe" in str(exc)
+        return
+    try:
+        assert k.run("import os\nprint(os.getuid())").output != "0\n"
+    finally:
+        k.close()
+
+
+def test_an_unsafe_setting_allowed_is_logged_once_per_server(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    """``allow_unsafe`` starts the kernel, and a warning names each setting weaker than the
+    default: once for the server, not per episode."""
+    sandbox = {"pid_namespace": False, "allow_unsafe": True}
+    with caplog.at_level("WARNING", logger="tools.fork_server"):
+        kernels = [Kernel(tmp_path, timeout_s=5.0, sandbox=sandbox) for _ in range(2)]
+    try:
+        assert all(k.run("print(1)").output == "1\n" for k in kernels)
+        warned = [r.getMessage() for r in caplog.records if "weaker than the default" in r.getMessage()]
+        assert len(warned) == 1 and "pid_namespace=False" in warned[0] and "allow_unsafe=True" in warned[0]
+    finally:
+        for k in kernels:
+            k.close()

@@ -89,6 +89,23 @@ def kernel_environment() -> dict[str, str]:
     return env
 
 
+# The settings that isolate cells (a different value than the default is weaker).
+PROTECTIVE_SETTINGS = ("pid_namespace", "readonly_fs", "seccomp", "cgroup", "network", "uid", "allow_unsafe")
+
+
+def weaker_than_default(asked: dict, effective: dict) -> list[str]:
+    """Each protective setting in force that differs from ``sandbox.DEFAULTS``, saying whether
+    it was asked for or chosen by the server because the default could not be set up here."""
+    out = []
+    for key in PROTECTIVE_SETTINGS:
+        default, value = sandboxing.DEFAULTS.get(key), effective.get(key, asked.get(key))
+        if value != default:
+            asked_for = asked.get(key)
+            how = "as configured" if asked_for == value else f"asked {asked_for}, could not be set up here"
+            out.append(f"{key}={value} ({how})")
+    return out
+
+
 SPAWN_TIMEOUT_S = 30.0
 MAX_HELLO_BYTES = 64 * 1024
 
@@ -147,6 +164,9 @@ class KernelServer:
         self.memory_cgroup: str | None = ready.get("memory_cgroup")  # the server's own folder
         for name, why in self.failed_preloads.items():
             log.warning("kernel preload %s failed under %s: %s", name, python, why)
+        weaker = weaker_than_default(self.sandbox, self.effective_sandbox)
+        if weaker:  # once per server: every episode it serves runs with these settings
+            log.warning("kernel sandbox weaker than the default: %s", "; ".join(weaker))
 
     def _read_ready(self) -> dict:
         assert self.proc.stdout is not None
@@ -160,7 +180,11 @@ class KernelServer:
                 "check that the interpreter runs and has the kernel stack "
                 "(pip install 'deepanalyze-env[kernel]')"
             )
-        return json.loads(line)
+        ready = json.loads(line)
+        if ready.get("ready") is not True:
+            self.shutdown()
+            raise KernelError(f"kernel server refused to start: {ready.get('error')}")
+        return ready
 
     @classmethod
     def get(cls, python: str | None, preload: tuple[str, ...] | None, sandbox=None) -> KernelServer:

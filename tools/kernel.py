@@ -53,6 +53,12 @@ _ARCH_SYSCALLS = {"x86_64": ({"0", "45", "47"}, "202"), "aarch64": ({"63", "207"
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+# The most a stateless worker may take to acknowledge a cell (it ends the last cell's processes
+# first: a cell that left hundreds costs seconds) before the turn is a timeout: a stuck worker
+# still ends the turn. Not part of the cell's own deadline.
+START_LIMIT_S = 15.0
+
+
 class KernelLost(KernelError):
     """The worker died while idle (between cells), and the env can show the cause was outside."""
 
@@ -320,7 +326,10 @@ class Kernel:
         self._drain_stale()
         output = CappedOutput(self.max_output_chars)
         start = time.monotonic()
-        deadline = start + self.timeout_s
+        # Stateless: the cell's deadline starts when the worker (which runs no policy code)
+        # acknowledges it took the cell, so the time it spent ending the last cell's processes
+        # is charged to nobody; until then the bound is START_LIMIT_S.
+        deadline = start + (self.timeout_s if self.stateful else START_LIMIT_S)
         self._seq += 1
         try:
             self._ctrl.setblocking(True)
@@ -331,7 +340,7 @@ class Kernel:
             self._kill()
             self.restarts += 1
             return CellResult("crashed", self._idle_death_message(), 0.0, False, "KernelDied")
-        status, reply, violation = self._await_reply(output, deadline)
+        status, reply, violation, start = self._await_reply(output, deadline, start)
         elapsed_ms = (time.monotonic() - start) * 1000.0
         self._drain_into(output)
         if violation is not None:
@@ -378,17 +387,20 @@ class Kernel:
         )
 
     def _await_reply(
-        self, output: CappedOutput, deadline: float
-    ) -> tuple[str, dict[str, Any] | None, str | None]:
+        self, output: CappedOutput, deadline: float, start: float
+    ) -> tuple[str, dict[str, Any] | None, str | None, float]:
         """Collect the cell's output until its reply, its deadline or the worker's end:
-        (status, reply, protocol violation). ``timeout`` and a worker's death (``crashed``) are
-        decided here, from the clock and the socket; a stateless worker's reply may say
-        ``crashed`` for its cell's own process."""
+        (status, reply, protocol violation, when the cell started). ``timeout`` and a worker's
+        death (``crashed``) are decided here, from the clock and the socket; a stateless
+        worker's reply may say ``crashed`` for its cell's own process. A stateless worker first
+        acknowledges the cell (``{"seq", "started": true}``): the cell's own deadline starts
+        then."""
         watch = [self._ctrl, self._out]
         reply = None
         status = None
         violation = None
         pending = bytearray()
+        acked = self.stateful
         while status is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -417,13 +429,35 @@ class Kernel:
                     break
                 pending += data
                 try:
-                    reply = self._parse_reply(pending)
+                    if not acked and self._take_ack(pending):
+                        acked, start = True, time.monotonic()
+                        deadline = start + self.timeout_s
+                    reply = self._parse_reply(pending) if acked else None
                 except ProtocolViolation as exc:
                     violation, status = str(exc), "crashed"
                     break
                 if reply is not None:
                     status = reply["status"]
-        return status, reply, violation
+        return status, reply, violation, start
+
+    def _take_ack(self, pending: bytearray) -> bool:
+        """Remove the worker's acknowledgement of the current cell from ``pending``; False while
+        incomplete. Any other first frame is a violation."""
+        if len(pending) < 4:
+            return False
+        length = int.from_bytes(pending[:4], "big")
+        if length > MAX_REPLY_BYTES:
+            raise ProtocolViolation(f"a frame announced {length} bytes (cap {MAX_REPLY_BYTES})")
+        if len(pending) < 4 + length:
+            return False
+        try:
+            ack = json.loads(bytes(pending[4 : 4 + length]).decode("utf-8"))
+        except ValueError as exc:
+            raise ProtocolViolation("an acknowledgement that is not JSON") from exc
+        if ack != {"seq": self._seq, "started": True}:
+            raise ProtocolViolation("a first frame that is not the acknowledgement of this cell")
+        del pending[: 4 + length]
+        return True
 
     def _close_proc_fds(self) -> None:
         if self._proc_fds is not None:

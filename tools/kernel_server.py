@@ -19,7 +19,8 @@ Protocol. The server talks only to the process that started it, over an inherite
   episode's socket and then answers ``{"op": "cell", "seq": n, "code": ...}`` with
   ``{"seq": n, "status": "ok"|"error"|"crashed", "error_type", "leftovers"?}`` after the cell's
   output went into the pipe. By default the worker runs each cell in a child forked in advance
-  and never runs policy code itself (``_serve_cell_processes``: the reply is its own
+  and never runs policy code itself (``_serve_cell_processes``: it first acknowledges the cell
+  with ``{"seq": n, "started": true}``, where the cell's deadline starts; the reply is its own
   observation, sent once every process of the cell has ended); with ``stateful`` it runs cells
   in its own process (``_serve_in_process``; never ``crashed``: a death is seen by the env).
   The sandbox settings are the server's own, fixed at its start; a request cannot change them.
@@ -605,6 +606,8 @@ def _serve_cell_processes(conn: socket.socket, workspace: str, pid_ns: bool) -> 
         msg = recv_msg(conn)
         if msg is None or msg.get("op") != "cell":
             return
+        # The last cell's processes are reaped and the next child forked: the cell starts now.
+        send_msg(conn, {"seq": msg.get("seq"), "started": True})
         reply, doomed = _run_in_child(spare, msg["code"], pid_ns)
         reply["seq"] = msg.get("seq")
         send_msg(conn, reply)
@@ -930,10 +933,12 @@ def _reap(workers: dict[int, dict[str, str]], doomed: set[str], chan: socket.soc
         reaped = True
 
 
-def _probe(sandbox, cfg: dict) -> bool:
+def _probe(sandbox, cfg: dict) -> dict | None:
     """Set a worker up in a throwaway child exactly as an episode would (namespaces, mounts,
     privileges, filter) and check that it can write its workspace; the server degrades its
-    settings where this fails (an LSM, seccomp or a kernel that refuses some step)."""
+    settings where this fails (an LSM, seccomp or a kernel that refuses some step). Returns what
+    was in force there (``sandbox.apply``'s record), or None. A PID namespace asked for and not
+    entered is a failure: the next, weaker try says so instead."""
     import shutil
     import tempfile
 
@@ -944,31 +949,48 @@ def _probe(sandbox, cfg: dict) -> bool:
             code = 1
             try:
                 namespaces = sandbox.enter_namespaces(cfg)
+                if cfg.get("pid_namespace") and not namespaces["pid_ns"]:
+                    os._exit(1)
                 if namespaces["pid_ns"]:
                     child = os.fork()
                     if child:
                         _, status = os.waitpid(child, 0)
                         os._exit(os.waitstatus_to_exitcode(status))
-                sandbox.apply({"workspace": probe, "sandbox": cfg}, None, namespaces)
+                active = sandbox.apply({"workspace": probe, "sandbox": cfg}, None, namespaces)
                 if sandbox.stack_readable():
                     with open(os.path.join(probe, "ok"), "w") as fh:
-                        fh.write("ok")
+                        json.dump({k: active.get(k) for k in ("pid_ns", "fs", "uid")}, fh)
                     code = 0
             except BaseException:
                 traceback.print_exc()
             os._exit(code)
         _, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status) == 0 and os.path.exists(os.path.join(probe, "ok"))
-    except OSError:
-        return False
+        if os.waitstatus_to_exitcode(status) != 0:
+            return None
+        with open(os.path.join(probe, "ok")) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
     finally:
         shutil.rmtree(probe, ignore_errors=True)
 
 
-def _workable_settings(sandbox, cfg: dict) -> dict:
-    """The strongest settings that work here: cells as ``sandbox.uid`` (as root) where that uid
-    can read the interpreter, else root without capabilities; then without a PID namespace;
-    then without the read-only filesystem."""
+def _unsafe(found: dict) -> list[str]:
+    """What leaves episodes open to each other or the host, from what a probe found in force."""
+    why = []
+    if not found.get("pid_ns"):
+        why.append("no PID namespace (a cell reaches other episodes' files through /proc/<pid>/root)")
+    if found.get("uid") == 0 and found.get("fs") != "readonly":
+        why.append("cells run as root on a writable filesystem (the project, the venv, /etc)")
+    return why
+
+
+def _workable_settings(sandbox, cfg: dict) -> tuple[dict, str | None]:
+    """The strongest settings that work here, and why the kernel must not start with them (None:
+    it may). Tries cells as ``sandbox.uid`` (as root) where that uid can read the interpreter,
+    else root without capabilities; then without a PID namespace; then without the read-only
+    filesystem. A choice that leaves episodes open to each other or the host (``_unsafe``) is
+    taken only with ``sandbox.allow_unsafe``."""
     tries = (
         {},
         {"uid": 0},
@@ -976,11 +998,24 @@ def _workable_settings(sandbox, cfg: dict) -> dict:
         {"pid_namespace": False, "uid": 0},
         {"pid_namespace": False, "readonly_fs": False, "uid": 0},
     )
+    chosen, found = dict(cfg, pid_namespace=False, readonly_fs=False), {}
     for over in tries:
         trial = dict(cfg, **over)
-        if _probe(sandbox, trial):
-            return trial
-    return dict(cfg, pid_namespace=False, readonly_fs=False)
+        result = _probe(sandbox, trial)
+        if result is not None:
+            chosen, found = trial, result
+            break
+    why = _unsafe(found) if found else ["no sandbox setting could be set up here"]
+    if not why or cfg.get("allow_unsafe"):
+        return chosen, None
+    keys = ("pid_namespace", "readonly_fs", "uid")
+    weaker = ", ".join(f"{k}: {chosen[k]}" for k in keys if chosen[k] != cfg[k])
+    return chosen, (
+        f"the executor sandbox is unsafe here: {'; '.join(why)}"
+        + (f" (what worked here: {weaker})" if weaker else "")
+        + "; set executor.sandbox.allow_unsafe: true to run anyway, or run where PID namespaces"
+        " and a read-only filesystem can be made (root, or unprivileged user namespaces)"
+    )
 
 
 def _poll_readable(fds: list, timeout_s: float) -> set[int]:
@@ -1000,7 +1035,11 @@ def serve(chan_fd: int, config: dict) -> None:
     server_cgroups = sandbox.server_cgroups(os.getpid())
     sandbox.SECCOMP_PROGRAM = sandbox.build_seccomp_program()  # once; workers only load it
     sandbox.CLONE_MOUNT_WORKS = sandbox.clone_mount_works()  # once; spares detach foreign mounts
-    cfg = _workable_settings(sandbox, sandbox.settings(config.get("sandbox")))
+    cfg, refused = _workable_settings(sandbox, sandbox.settings(config.get("sandbox")))
+    if refused:
+        sys.stdout.write(json.dumps({"ready": False, "error": refused}) + "\n")
+        sys.stdout.flush()
+        return
     failed = _preload(list(config.get("preload", [])))
     _warm_up()
     ready = {

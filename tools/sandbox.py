@@ -67,6 +67,9 @@ DEFAULTS = {
     "pid_namespace": True,
     "uid": 65534,  # as root: the uid (and gid) cells run as; 0 keeps root (without capabilities)
     "seccomp": True,  # False: no syscall filter (capabilities are dropped all the same)
+    # True: start even where what is in force leaves episodes open to each other or the host
+    # (no PID namespace; cells as root on a writable filesystem); otherwise the kernel refuses
+    "allow_unsafe": False,
 }
 
 
@@ -908,6 +911,7 @@ def prepare(cfg: dict, namespaces: dict) -> dict:
         if not _private_mount_namespace(libc):
             raise OSError("no private mount namespace for the worker's /proc")
         _fresh_proc(libc, True)
+        prepared["private_mounts"] = True
     return prepared
 
 
@@ -1312,6 +1316,13 @@ def apply(
                 active["storage"] = "episode tmpfs" if len(storage) > 1 else active["storage"]
             else:
                 _bind_workspace(os.path.realpath(workspace), prepared["covered"])
+        elif storage and workspace and prepared.get("private_mounts"):
+            # A writable filesystem in a mount namespace of its own (for the PID namespace's
+            # /proc), made before the episode's storage was mounted: only the workspace comes
+            # in, at its path (the rest of the filesystem is the host's anyway).
+            real = os.path.realpath(workspace)
+            os.makedirs(real, exist_ok=True)
+            _move_mount(_libc(), storage[0], real)
         if prepared["fs"] == "readonly":
             _seal_hidden()
         if workspace:
@@ -1325,6 +1336,7 @@ def apply(
                 os.close(fd)
     if os.geteuid() == 0 and uid > 0 and workspace:
         _chown_tree(workspace, uid, uid)
+    if workspace:  # never the host's: a folder of the episode
         os.environ["HOME"] = "/tmp" if active["fs"] == "readonly" else workspace
     active.update(drop_privileges(uid if uid > 0 else None))
     active["seccomp"] = install_seccomp() if cfg.get("seccomp") else "off"

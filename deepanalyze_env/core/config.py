@@ -37,6 +37,7 @@ class SandboxConfig:
     pid_namespace: bool | None = None  # each worker the init of its own PID namespace + /proc [true]
     uid: int | None = None  # as root, the uid cells run as; 0 keeps root, capabilities dropped [65534]
     seccomp: bool | None = None  # the libseccomp syscall filter in each worker [true]
+    allow_unsafe: bool | None = None  # start without a PID namespace, or as root on a writable fs [false]
 
 
 @dataclass

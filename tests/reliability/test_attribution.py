@@ -79,6 +79,7 @@ def test_a_worker_killed_by_its_own_cell_is_the_policys_crash(
     workspace_root: Path, attack: str, pid_ns: bool, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setitem(tools.sandbox.DEFAULTS, "pid_namespace", pid_ns)
+    monkeypatch.setitem(tools.sandbox.DEFAULTS, "allow_unsafe", True)  # no namespace: opted in
     # Stateful: the hidden thread stays (without stateful cells the env counts it as a leftover
     # and recycles the worker at the end of the cell, before the thread acts: test_deadlines).
     env = make(workspace_root, stateful=True)

@@ -147,3 +147,47 @@ def test_leftovers_end_with_their_cell(workspace_root: Path, kind: str):
             assert not (env.workspace.path / "late.txt").exists()
     finally:
         env.close()
+
+
+def test_a_cells_deadline_starts_when_its_worker_takes_it(workspace_root: Path):
+    """Time the worker spends before it takes a cell (ending the last cell's processes: a cell
+    that left hundreds of them costs seconds) is charged to nobody, never to the next cell: its
+    deadline starts at the worker's acknowledgement. Here the worker is held (stopped from the
+    trainer's side) for longer than the whole deadline before the next cell; that cell still
+    gets its full time and prints."""
+    import os
+    import signal
+    import threading
+
+    env = make(workspace_root, stateful=False)
+    try:
+        assert env.step(code("print('first')"))["metadata"]["exec"]["status"] == "ok"
+        worker = env.kernel.pid
+        os.kill(worker, signal.SIGSTOP)
+        threading.Timer(TIMEOUT_S + 1.0, os.kill, (worker, signal.SIGCONT)).start()
+        out = env.step(code("print('second')"))
+        assert out["metadata"]["exec"]["status"] == "ok", out["observations"][0]["content"]
+        assert "second" in out["observations"][0]["content"]
+    finally:
+        env.close()
+
+
+def test_a_worker_that_never_takes_the_cell_still_times_out(
+    workspace_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The wait for the acknowledgement is bounded too: a worker that never takes the cell ends
+    the turn as a timeout (the env's clock), not a hang."""
+    import os
+    import signal
+
+    import tools.kernel
+
+    monkeypatch.setattr(tools.kernel, "START_LIMIT_S", TIMEOUT_S + 1.0)
+    env = make(workspace_root, stateful=False)
+    try:
+        assert env.step(code("print('first')"))["metadata"]["exec"]["status"] == "ok"
+        os.kill(env.kernel.pid, signal.SIGSTOP)
+        out = env.step(code("print('second')"))  # returns after START_LIMIT_S
+        assert out["metadata"]["exec"]["status"] == "timeout", out["observations"][0]["content"]
+    finally:
+        env.close()

@@ -121,6 +121,7 @@ def test_policy_cannot_turn_its_worker_death_into_environment_error(
     """
     monkeypatch.setitem(tools.sandbox.DEFAULTS, "cgroup", cgroup)
     monkeypatch.setitem(tools.sandbox.DEFAULTS, "pid_namespace", cgroup)  # no_cgroup: no namespace
+    monkeypatch.setitem(tools.sandbox.DEFAULTS, "allow_unsafe", True)  # no namespace: opted in
     env = make(workspace_root)
     try:
         first = env.step(code(src))

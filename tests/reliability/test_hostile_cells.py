@@ -209,6 +209,7 @@ def test_hostile_cell_is_contained_without_cgroup(
     guarded by the worker's pidfd + the fork server as subreaper."""
     monkeypatch.setitem(tools.sandbox.DEFAULTS, "cgroup", False)
     monkeypatch.setitem(tools.sandbox.DEFAULTS, "pid_namespace", False)
+    monkeypatch.setitem(tools.sandbox.DEFAULTS, "allow_unsafe", True)  # no namespace: opted in
     _contained(case, workspace_root)
 
 
@@ -477,6 +478,7 @@ def test_a_cell_cannot_change_later_cells_without_cgroup_or_pid_namespace(
     leave (a double-forked daemon included) before it replies."""
     monkeypatch.setitem(tools.sandbox.DEFAULTS, "cgroup", False)
     monkeypatch.setitem(tools.sandbox.DEFAULTS, "pid_namespace", False)
+    monkeypatch.setitem(tools.sandbox.DEFAULTS, "allow_unsafe", True)  # no namespace: opted in
     env = make_env(workspace_root)
     try:
         assert not env.kernel.sandbox["pid_ns"] and not env.kernel.sandbox["cgroup"]
@@ -493,6 +495,7 @@ def test_a_cell_cannot_stop_or_kill_its_worker_into_an_environment_error(
     cell's crash, a stopped one its timeout; never ``environment_error``."""
     monkeypatch.setitem(tools.sandbox.DEFAULTS, "cgroup", False)
     monkeypatch.setitem(tools.sandbox.DEFAULTS, "pid_namespace", False)
+    monkeypatch.setitem(tools.sandbox.DEFAULTS, "allow_unsafe", True)  # no namespace: opted in
     env = make_env(workspace_root)
     try:
         killed = env.step(code("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('x')"))
@@ -731,3 +734,18 @@ def test_top_level_files_of_the_host_are_not_in_view(workspace_root: Path):
         assert _shown(out) == "".join(f"{n} 0\n" for n in names), _shown(out)
     finally:
         env.close()
+
+
+def test_episodes_start_with_a_writable_filesystem_and_a_pid_namespace(workspace_root: Path):
+    """``readonly_fs`` off (allowed unsafe, since cells may have to run as root here) with the
+    default PID namespace and the episode's bounded storage: each of five episodes in turn
+    starts and its first cell reads the task's file (the worker's mount namespace, made before
+    the episode's storage was mounted, gets the workspace attached)."""
+    for _ in range(5):
+        env = make_env(workspace_root, sandbox={"readonly_fs": False, "allow_unsafe": True})
+        try:
+            assert env.kernel is not None
+            out = env.step(code("print(open('sales.csv').read().splitlines()[1])"))
+            assert _shown(out) == "A,10\n", _shown(out)
+        finally:
+            env.close()
