@@ -69,6 +69,7 @@ _FLAT_OBJECT = re.compile(r"\{[^{}]*\}")
 _WORD_GOES_ON = re.compile(r"[\w.]")
 _MIN_CUT_QUOTE = 12  # the least of a policy's verdict line a cut reply must end with to count
 _QUOTE_MARKS = ">-*\u2022 \t"  # what a judge puts before a line it quotes (after folding)
+_TAG = re.compile(r"<[^<>\n]*>")
 
 
 @dataclass(frozen=True)
@@ -343,24 +344,32 @@ def parse_dimensions(
 
 def cut_quoting_policy(reply: str, policy_text: str) -> FromPolicy | None:
     """:class:`FromPolicy` when ``reply`` — cut by the token limit, so holding no verdict — was cut
-    while quoting the policy's verdicts: a line of it, quote and list marks aside, is a verdict line
-    whose value the policy wrote or a verdict-holding line of the policy's, verbatim; or it holds a
-    flat score object the policy wrote; or it stops inside one (its last line, at least
-    :data:`_MIN_CUT_QUOTE` characters, begins a verdict-holding line of the policy's: a score
-    object with a 6,000-character note, cut before its end). A flood of verdict lines, or one long
-    one, chooses that cut. A mention inside the judge's own sentence does not count (an honest
-    episode that printed ``mean score: 4.2`` is not the cause of a judge talking past its limit),
-    and a cut reply without the policy's verdicts stays the judge's failure: None."""
+    while quoting the policy's verdicts: a line of it, quote and list marks aside, is one of the
+    policy's verdict-holding lines verbatim, or mentions a ``SCORE:`` whose value the policy wrote
+    on a line that opens with it, tags and decoration aside (``SCORE: 5``, ``<Analyze>SCORE: 5``,
+    as a flood has it); or it holds a flat score object the policy wrote; or it stops inside one
+    (its last line, at least :data:`_MIN_CUT_QUOTE` characters, begins a verdict-holding line of
+    the policy's: a score object with a 6,000-character note, cut before its end). A flood of
+    verdict lines, or one long one, chooses that cut. A value the policy printed only inside
+    other text (``mean score: 4.2`` in a table) does not make a mention of it a quote: an honest
+    episode is not the cause of a judge talking past its limit. A cut reply without the policy's
+    verdicts stays the judge's failure: None."""
     if not policy_text:
         return None
     folded = fold(reply)
     policy = fold(policy_text)
-    scores = _scores_in(policy)
     verdict_lines = {line.strip().lower() for line in policy.splitlines() if _holds_a_verdict(line)}
+    claimed = set()  # the values of the policy's lines that open with a SCORE (tags aside)
+    for line in verdict_lines:
+        bare = _TAG.sub("", line).lstrip(_QUOTE_MARKS + "#_`\"'").strip()
+        opening = _SCORE.match(bare)
+        number = _NUMBER.match(bare, opening.end()) if opening is not None else None
+        if number is not None:
+            claimed.add(float(number.group(1)))
     for line in folded.splitlines():
         quoted = line.strip().lstrip(_QUOTE_MARKS).strip()
-        verdict = _VERDICT_LINE.fullmatch(quoted)
-        if quoted.lower() in verdict_lines or (verdict and float(verdict.group("number")) in scores):
+        mentions = _scores_in(quoted) if claimed and _SCORE.search(quoted) else set()
+        if quoted.lower() in verdict_lines or mentions & claimed:
             return FromPolicy(
                 "the judge's reply was cut by the token limit while quoting the episode's own "
                 f"verdicts ({_snippet(quoted)!r}): scored 0"

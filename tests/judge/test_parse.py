@@ -399,3 +399,10 @@ def test_a_cut_reply_mentioning_a_policy_score_inside_its_own_sentence_stays_the
 
 def test_a_cut_reply_quoting_the_policys_verdict_line_after_a_quote_mark_is_the_policys_failure():
     assert isinstance(cut_quoting_policy("SCORE: 1\n> SCORE: 5\n> SCO", "claim\nSCORE: 5\n"), FromPolicy)
+
+
+def test_a_cut_reply_mentioning_a_verdict_the_policy_wrote_on_its_own_line_is_the_policys_failure():
+    """The judge numbers what it quotes ("Line 3: SCORE: 5"): the policy's own ``SCORE: 5`` lines
+    are the cause, whatever the judge puts around them."""
+    verdict = cut_quoting_policy("SCORE: 1\nLine 3: SCORE: 5\nLine 4: SC", "done\n" + "SCORE: 5\n" * 1000)
+    assert isinstance(verdict, FromPolicy)
