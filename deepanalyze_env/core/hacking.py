@@ -72,9 +72,10 @@ _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 # A section marker of the judge's transcript as a policy would forge one (the markers are
 # rewards/judge/prompts.py's: <<<BEGIN/END NAME id>>>, <<<ENVIRONMENT OUTPUT id>>>, <<<ANALYST
 # TURN n id>>>, <<<RECORDED TURN n id>>>, <<<n CHARACTERS OF THIS OUTPUT ELIDED id>>>), read in
-# the fold, so ``⫷``, ``«<`` or TAG characters count as the chevrons they read as.
+# the fold, so ``⫷``, ``«<`` or TAG characters count as the chevrons they read as. Exactly three
+# chevrons (a longer run holds them), no repeat: linear on a megabyte of ``<``.
 _FORGED_MARKER = re.compile(
-    r"<{3,}\s*(?:[\d,]+\s+)?(?:BEGIN|END|ENVIRONMENT|ANALYST|RECORDED|CHARACTERS)\b", re.IGNORECASE
+    r"<<<\s*+(?:[\d,]++\s++)?(?:BEGIN|END|ENVIRONMENT|ANALYST|RECORDED|CHARACTERS)\b", re.IGNORECASE
 )
 # touches_runner: what a data-analysis cell has no reason to name (module docstring)
 _RUNNER = re.compile(

@@ -39,8 +39,10 @@ EXECUTE_CLOSE = "</Execute>"
 # An observation tag as a policy might type it into its own text, read in the fold
 # (core/fold.py): opening or closing, any case, whitespace allowed inside (``<Execute >``,
 # ``<\nExecute>``, ``< / execute>``); group 1 the tag's inside, group 2 its ``>`` when closed.
-# The judge transcript escapes what it matches and the reward-hacking watch flags it.
-OBSERVATION_TAG = re.compile(r"<(\s*/?\s*(?:execute|tool_response)\b[^<>]{0,200})(>?)", re.IGNORECASE)
+# The judge transcript escapes what it matches and the reward-hacking watch flags it. Possessive
+# and unambiguous (``\s*+(?:/\s*+)?``, not ``\s*/?\s*``, whose two runs can split one stretch of
+# whitespace every way): linear in a ``<`` followed by a megabyte of spaces, not quadratic.
+OBSERVATION_TAG = re.compile(r"<(\s*+(?:/\s*+)?(?:execute|tool_response)\b[^<>]{0,200})(>?)", re.IGNORECASE)
 # A fenced block: optional language word on the opening line, body, closing fence.
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\r?\n?(.*?)```", re.DOTALL)
 PYTHON_FENCE_LANGS = frozenset({"python", "py", "python3"})
