@@ -93,10 +93,17 @@ def kernel_environment() -> dict[str, str]:
 PROTECTIVE_SETTINGS = ("pid_namespace", "readonly_fs", "seccomp", "cgroup", "network", "uid", "allow_unsafe")
 
 
-def weaker_than_default(asked: dict, effective: dict) -> list[str]:
+def weaker_than_default(asked: dict, effective: dict, probe: dict) -> list[str]:
     """Each protective setting in force that differs from ``sandbox.DEFAULTS``, saying whether
-    it was asked for or chosen by the server because the default could not be set up here."""
+    it was asked for or chosen by the server because the default could not be set up here; and
+    what the start-up probe's worker lacked though its setting was on (``probe``: the syscall
+    filter, the empty network namespace)."""
     out = []
+    seccomp, network = probe.get("seccomp"), probe.get("network")
+    if effective.get("seccomp") and isinstance(seccomp, str) and seccomp != "on":
+        out.append(f"seccomp {seccomp}")
+    if not effective.get("network") and isinstance(network, str) and network.startswith("open"):
+        out.append(f"network {network}")
     for key in PROTECTIVE_SETTINGS:
         default, value = sandboxing.DEFAULTS.get(key), effective.get(key, asked.get(key))
         if value != default:
@@ -164,7 +171,7 @@ class KernelServer:
         self.memory_cgroup: str | None = ready.get("memory_cgroup")  # the server's own folder
         for name, why in self.failed_preloads.items():
             log.warning("kernel preload %s failed under %s: %s", name, python, why)
-        weaker = weaker_than_default(self.sandbox, self.effective_sandbox)
+        weaker = weaker_than_default(self.sandbox, self.effective_sandbox, ready.get("probe") or {})
         if weaker:  # once per server: every episode it serves runs with these settings
             log.warning("kernel sandbox weaker than the default: %s", "; ".join(weaker))
 

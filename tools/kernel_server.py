@@ -959,7 +959,8 @@ def _probe(sandbox, cfg: dict) -> dict | None:
                 active = sandbox.apply({"workspace": probe, "sandbox": cfg}, None, namespaces)
                 if sandbox.stack_readable():
                     with open(os.path.join(probe, "ok"), "w") as fh:
-                        json.dump({k: active.get(k) for k in ("pid_ns", "fs", "uid")}, fh)
+                        keys = ("pid_ns", "fs", "uid", "seccomp", "network")
+                        json.dump({k: active.get(k) for k in keys}, fh)
                     code = 0
             except BaseException:
                 traceback.print_exc()
@@ -985,12 +986,12 @@ def _unsafe(found: dict) -> list[str]:
     return why
 
 
-def _workable_settings(sandbox, cfg: dict) -> tuple[dict, str | None]:
-    """The strongest settings that work here, and why the kernel must not start with them (None:
-    it may). Tries cells as ``sandbox.uid`` (as root) where that uid can read the interpreter,
-    else root without capabilities; then without a PID namespace; then without the read-only
-    filesystem. A choice that leaves episodes open to each other or the host (``_unsafe``) is
-    taken only with ``sandbox.allow_unsafe``."""
+def _workable_settings(sandbox, cfg: dict) -> tuple[dict, dict, str | None]:
+    """The strongest settings that work here, what the probe found in force with them, and why
+    the kernel must not start with them (None: it may). Tries cells as ``sandbox.uid`` (as
+    root) where that uid can read the interpreter, else root without capabilities; then without
+    a PID namespace; then without the read-only filesystem. A choice that leaves episodes open
+    to each other or the host (``_unsafe``) is taken only with ``sandbox.allow_unsafe``."""
     tries = (
         {},
         {"uid": 0},
@@ -1007,14 +1008,18 @@ def _workable_settings(sandbox, cfg: dict) -> tuple[dict, str | None]:
             break
     why = _unsafe(found) if found else ["no sandbox setting could be set up here"]
     if not why or cfg.get("allow_unsafe"):
-        return chosen, None
+        return chosen, found, None
     keys = ("pid_namespace", "readonly_fs", "uid")
     weaker = ", ".join(f"{k}: {chosen[k]}" for k in keys if chosen[k] != cfg[k])
-    return chosen, (
-        f"the executor sandbox is unsafe here: {'; '.join(why)}"
-        + (f" (what worked here: {weaker})" if weaker else "")
-        + "; set executor.sandbox.allow_unsafe: true to run anyway, or run where PID namespaces"
-        " and a read-only filesystem can be made (root, or unprivileged user namespaces)"
+    return (
+        chosen,
+        found,
+        (
+            f"the executor sandbox is unsafe here: {'; '.join(why)}"
+            + (f" (what worked here: {weaker})" if weaker else "")
+            + "; set executor.sandbox.allow_unsafe: true to run anyway, or run where PID namespaces"
+            " and a read-only filesystem can be made (root, or unprivileged user namespaces)"
+        ),
     )
 
 
@@ -1035,7 +1040,7 @@ def serve(chan_fd: int, config: dict) -> None:
     server_cgroups = sandbox.server_cgroups(os.getpid())
     sandbox.SECCOMP_PROGRAM = sandbox.build_seccomp_program()  # once; workers only load it
     sandbox.CLONE_MOUNT_WORKS = sandbox.clone_mount_works()  # once; spares detach foreign mounts
-    cfg, refused = _workable_settings(sandbox, sandbox.settings(config.get("sandbox")))
+    cfg, found, refused = _workable_settings(sandbox, sandbox.settings(config.get("sandbox")))
     if refused:
         sys.stdout.write(json.dumps({"ready": False, "error": refused}) + "\n")
         sys.stdout.flush()
@@ -1050,6 +1055,7 @@ def serve(chan_fd: int, config: dict) -> None:
         "cgroup": server_cgroups.get("pids"),
         "memory_cgroup": server_cgroups.get("memory"),
         "sandbox": cfg,
+        "probe": found,  # what a worker set up with ``cfg`` had in force
     }
     sys.stdout.write(json.dumps(ready) + "\n")
     sys.stdout.flush()
