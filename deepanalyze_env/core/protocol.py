@@ -43,8 +43,10 @@ EXECUTE_CLOSE = "</Execute>"
 # and unambiguous (``\s*+(?:/\s*+)?``, not ``\s*/?\s*``, whose two runs can split one stretch of
 # whitespace every way): linear in a ``<`` followed by a megabyte of spaces, not quadratic.
 OBSERVATION_TAG = re.compile(r"<(\s*+(?:/\s*+)?(?:execute|tool_response)\b[^<>]{0,200})(>?)", re.IGNORECASE)
-# A fenced block: optional language word on the opening line, body, closing fence.
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\r?\n?(.*?)```", re.DOTALL)
+# A fenced block: optional language word on the opening line, body, closing fence. The word and
+# the blanks around it possessive (giving them back to the body never finds another fence), so
+# a fence never closed after a megabyte-long word is read in linear time, not quadratic.
+_FENCE = re.compile(r"```[ \t]*+([A-Za-z0-9_+-]*+)[ \t]*+\r?\n?(.*?)```", re.DOTALL)
 PYTHON_FENCE_LANGS = frozenset({"python", "py", "python3"})
 
 
