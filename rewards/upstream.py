@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -31,7 +30,6 @@ from rewards.plan import FORMAT_GATE, GATE_PENALTY, Failure, RewardContext, Rewa
 from rewards.registry import RewardSpecError, resolve
 
 GATE_TAGS = protocol.GATE_TAGS  # the same four tags; upstream reads them over the whole history
-_ANSWER = re.compile(r"<Answer>(.*?)</Answer>", re.DOTALL)
 # The fields of each judge's prompt that the episode wrote: a failure their text causes (too long
 # for the judge, a verdict of its own read back) is the policy's and scores 0 (docs/design.md §6).
 _POLICY_FIELDS = {
@@ -46,8 +44,8 @@ def upstream_answer(history: str) -> str:
     start = history.rfind("<Answer>")
     if start < 0:
         return ""
-    match = _ANSWER.search(history[start:])
-    return match.group(1).strip() if match else ""
+    end = history.find("</Answer>", start)  # a plain find: no regex scan a policy can make slow
+    return history[start + len("<Answer>") : end].strip() if end >= 0 else ""
 
 
 def upstream_exact(history: str, ground_truth: JsonValue) -> float:

@@ -51,15 +51,18 @@ from rewards.judge.errors import JudgeParseError
 DIMENSIONS = ("usefulness", "richness", "soundness", "interpretability", "readability")
 
 # "SCORE:" (any case, optional markdown emphasis around it), then the number (maybe emphasised),
-# then an optional "/5"-style denominator: upstream's first-match rule.
-_SCORE = re.compile(r"(?<![A-Za-z0-9_])score\s*\**\s*[:：]", re.IGNORECASE)
-_NUMBER = re.compile(r"\s*[*_`\"']*\s*([-+]?\d+(?:\.\d+)?)(?![\d.]*\d)\s*[*_`\"']*(?:\s*/\s*\d+(?:\.\d+)?)?")
+# then an optional "/5"-style denominator: upstream's first-match rule. Every run is possessive
+# (``*+``): these patterns read policy text, and a backtracking run over 20k spaces is seconds.
+_SCORE = re.compile(r"(?<![A-Za-z0-9_])score\s*+\**+\s*+[:：]", re.IGNORECASE)
+_NUMBER = re.compile(
+    r"\s*+[*_`\"']*+\s*+([-+]?\d++(?:\.\d++)?+)(?![\d.]*\d)\s*+[*_`\"']*+(?:\s*+/\s*+\d++(?:\.\d++)?)?"
+)
 # A whole line that is a verdict: decoration, optional "Final", "SCORE:", the number, optional
 # "/5", decoration or a full stop. Nothing else on the line.
-_DECOR = r"[ \t*_`\"']*"
+_DECOR = r"[ \t*_`\"']*+"
 _VERDICT_LINE = re.compile(
-    r"[ \t#*_`]*(?:final[ \t]+)?score" + _DECOR + r"[:：]" + _DECOR + r"(?P<number>[-+]?\d+(?:\.\d+)?)"
-    r"(?:[ \t]*/[ \t]*\d+(?:\.\d+)?)?" + _DECOR + r"\.?" + _DECOR,
+    r"[ \t#*_`]*+(?:final[ \t]++)?score" + _DECOR + r"[:：]" + _DECOR + r"(?P<number>[-+]?\d++(?:\.\d++)?)"
+    r"(?:[ \t]*+/[ \t]*+\d++(?:\.\d++)?)?" + _DECOR + r"\.?" + _DECOR,
     re.IGNORECASE,
 )
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
