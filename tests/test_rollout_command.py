@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from deepanalyze_env.cli import main
+from deepanalyze_env.core.formats import get_format
 from deepanalyze_env.core.records import episode_id, read_records
 from deepanalyze_env.core.tasks import load_rows
 from deepanalyze_env.offline.policies import (
     PolicyTurn,
     ScriptedPolicy,
     TurnContext,
-    close_open_tag,
     continue_layout,
     openai_turn_end,
 )
@@ -203,11 +203,18 @@ def test_transformers_policy_runs_the_embedded_model(tmp_path: Path, workspace_r
 
 
 def test_stop_string_is_put_back_only_where_one_is_missing():
-    assert close_open_tag("<Code>\nx=1\n") == "<Code>\nx=1\n</Code>"
-    assert close_open_tag("<Code>x</Code>") == "<Code>x</Code>"  # servers that keep the stop string
-    assert close_open_tag("<Code>x</Code><Answer>B") == "<Code>x</Code><Answer>B</Answer>"
-    assert close_open_tag("<Code>x", "</Code>") == "<Code>x</Code>"  # vLLM's stop_reason
-    assert close_open_tag("just talk") == "just talk"  # a natural end of turn
+    tags, tools = get_format("tags"), get_format("tools")
+    assert tags.put_back("<Code>\nx=1\n") == "<Code>\nx=1\n</Code>"
+    assert tags.put_back("<Code>x</Code>") == "<Code>x</Code>"  # servers that keep the stop string
+    assert tags.put_back("<Code>x</Code><Answer>B") == "<Code>x</Code><Answer>B</Answer>"
+    assert tags.put_back("<Answer>B <Code>x") == "<Answer>B <Code>x</Answer>"  # an open answer wins
+    assert tags.put_back("<Code>x", "</Code>") == "<Code>x</Code>"  # vLLM's stop_reason
+    assert tags.put_back("just talk") == "just talk"  # a natural end of turn
+    assert (
+        tools.put_back('<tool_call>{"name": "run_python"}') == '<tool_call>{"name": "run_python"}</tool_call>'
+    )
+    assert tools.put_back("<tool_call>{}", "</tool_call>") == "<tool_call>{}</tool_call>"
+    assert tools.put_back("no call") == "no call"
 
 
 def test_a_teacher_reply_that_ends_its_message_ends_the_episode_after_one_call(

@@ -11,6 +11,7 @@ import pytest
 import skyrl_gym
 
 from deepanalyze_env.core.config import ConfigError, EnvConfig
+from deepanalyze_env.core.formats import get_format
 from deepanalyze_env.core.tool_calls import (
     ParsedTurn,
     ToolCall,
@@ -18,7 +19,6 @@ from deepanalyze_env.core.tool_calls import (
     parse_turn,
     render_call,
     tool_schemas,
-    truncate,
 )
 from tests.conftest import code, qa_extras
 
@@ -94,12 +94,12 @@ def test_a_turn_without_a_call_has_neither_call_nor_error():
 
 def test_a_turn_is_cut_after_its_first_closing_tag():
     first, second = call("run_python", code="print(1)"), call("submit_answer", answer="B")
-    assert truncate(first + "\n" + second) == first
+    assert get_format("tools").cut(first + "\n" + second) == first
 
 
 def test_a_rendered_call_reads_back_as_itself_even_when_its_code_names_the_closing_tag():
     for c in (ToolCall("run_python", 'print("a</tool_call>b")'), ToolCall("submit_answer", "B")):
-        assert parse_turn(truncate(render_call(c) + "tail")).call == c
+        assert parse_turn(get_format("tools").cut(render_call(c) + "tail")).call == c
 
 
 def test_the_schemas_name_the_two_tools_with_one_required_argument_each():

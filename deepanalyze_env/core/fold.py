@@ -37,6 +37,7 @@ import bisect
 import functools
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from deepanalyze_env.core.fold_table import CONFUSABLES, IGNORABLE, READ_AS
@@ -207,6 +208,18 @@ class Folded:
         first = self._first(begin, past=False)
         last = self._first(end, past=True) - 1
         return self.raw[first : max(first, last)]
+
+    def cut_after(self, stops: Iterable[str]) -> str:
+        """The raw text up to and including the earliest of ``stops`` found in the fold (a
+        look-alike stop is the stop) — what a sampler stopped there leaves — or all of it when
+        none is there. The one text cut: ``ActionFormat.cut`` applies it with a format's stop
+        strings."""
+        cut = -1
+        for stop in stops:
+            pos = self.folded.find(stop)
+            if pos >= 0 and (cut < 0 or pos + len(stop) < cut):
+                cut = pos + len(stop)
+        return self.raw if cut < 0 else self.raw[: self.raw_index(cut, after=True)]
 
 
 @functools.lru_cache(maxsize=32)

@@ -52,14 +52,8 @@ PYTHON_FENCE_LANGS = frozenset({"python", "py", "python3"})
 
 def truncate_action(action: str) -> str:
     """Cut after the earliest ``</Code>`` or ``</Answer>`` (read in the fold) — what stop
-    sequences would do."""
-    text = Folded.of(action)
-    cut = -1
-    for tag in STOP_TAGS:
-        pos = text.folded.find(tag)
-        if pos >= 0 and (cut < 0 or pos + len(tag) < cut):
-            cut = pos + len(tag)
-    return action if cut < 0 else action[: text.raw_index(cut, after=True)]
+    sequences would do. The v1 profile's rule: the tag format's ``cut`` (``core/formats``)."""
+    return Folded.of(action).cut_after(STOP_TAGS)
 
 
 def strip_think(text: str) -> str:

@@ -77,14 +77,6 @@ class ParsedTurn:
     detail: str = ""  # what was wrong, for the error result and the gate's note
 
 
-def truncate(action: str) -> str:
-    """Cut after the first ``</tool_call>`` (read in the fold, ``core/fold.py``) — what the stop
-    string would do."""
-    text = Folded.of(action)
-    pos = text.folded.find(CALL_CLOSE)
-    return action if pos < 0 else action[: text.raw_index(pos + len(CALL_CLOSE), after=True)]
-
-
 def _load_json(text: str) -> tuple[JsonValue, str | None]:
     """``text`` read as JSON, or None and why not. Whatever the reader can raise on hostile text
     is a reason, not an exception: too deeply nested (a ``RecursionError`` past a few thousand

@@ -33,15 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from deepanalyze_env.core import protocol
 from deepanalyze_env.core.config import ConfigError
 from deepanalyze_env.core.driver import TurnEnd
+from deepanalyze_env.core.formats import get_format
 from deepanalyze_env.core.tasks import read_jsonl
 from deepanalyze_env.generation.turn_end import split_turn, text_turn_end, turn_stops
 
 log = logging.getLogger(__name__)
 
 LAYOUTS = ("chat", "continue")
+TAGS = get_format("tags")  # the teacher's format: its stop strings are the tags
 
 
 @dataclass
@@ -87,23 +88,6 @@ class Policy(Protocol):
     policy_id: str
 
     def act(self, ctx: TurnContext) -> PolicyTurn: ...
-
-
-def close_open_tag(text: str, stop_hint: str | None = None) -> str:
-    """Put back the stop string a server swallowed.
-
-    ``stop_hint`` is the matched stop string when the server says (vLLM's ``stop_reason``);
-    otherwise the tag to close is the one left open: an ``<Answer>`` without ``</Answer>``
-    wins over an open ``<Code>``, matching the env's truncation. Text that already ends its
-    block (servers that include the stop string) is returned unchanged.
-    """
-    if stop_hint in turn_stops().strings:
-        return text if text.endswith(stop_hint) else text + stop_hint
-    for open_tag, close_tag in (("<Answer>", protocol.ANSWER_CLOSE), ("<Code>", protocol.CODE_CLOSE)):
-        start = text.rfind(open_tag)
-        if start >= 0 and close_tag not in text[start:]:
-            return text + close_tag
-    return text
 
 
 def continue_layout(messages: list[dict[str, str]], prompt_len: int) -> list[dict[str, str]]:
@@ -238,7 +222,7 @@ def openai_turn_end(text: str, finish: str | None, extra: dict[str, object]) -> 
     as ``</tool_call>`` does); ``stop`` → ``stop`` when a stop string matched, ``eos`` when the
     message ended by itself. vLLM names the match (``stop_reason``: the string; None or a token
     id for an end-of-sequence token); without it a reply that leaves a block open had its
-    closing tag swallowed (``close_open_tag``), and one that holds no stop string after that
+    closing tag swallowed (the format's ``put_back``), and one that holds no stop string after that
     ended its message. Any other reason (``content_filter``) ended the message: ``eos``."""
     if finish == "length":
         return text, "length"
@@ -249,9 +233,9 @@ def openai_turn_end(text: str, finish: str | None, extra: dict[str, object]) -> 
     if "stop_reason" in extra:
         hint = extra["stop_reason"]
         if isinstance(hint, str) and hint in turn_stops().strings:
-            return close_open_tag(text, hint), "stop"
+            return TAGS.put_back(text, hint), "stop"
         return text, "eos"
-    text = close_open_tag(text)
+    text = TAGS.put_back(text)
     return text, text_turn_end(text)
 
 
@@ -459,16 +443,11 @@ class TransformersPolicy:
         cut = not any(token in eos for token in row)  # neither EOS nor (a pad that is) EOS came
         while row and row[-1] == pad_id:  # a row that stopped early is padded to the longest
             row.pop()
-        text = self._tok.decode(row, skip_special_tokens=True)
+        text = get_format(self.action_format).cut(self._tok.decode(row, skip_special_tokens=True))
         if self.action_format == "tools":
-            from deepanalyze_env.core.tool_calls import truncate
-
-            text = truncate(text)
             # a tools turn ends at the end-of-message token; one that holds a closed call ended at
             # its call (stop, as under a sampler stopped at ``</tool_call>``)
             end = text_turn_end(text, "tools", cut=cut)
-        else:
-            text = protocol.truncate_action(text)
         finish = "length" if end == "length" else "stop"
         usage = {"prompt_tokens": len(r.ids), "completion_tokens": len(row)}
         r.result = PolicyTurn(text, usage, finish, end)

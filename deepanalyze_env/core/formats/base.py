@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from deepanalyze_env.core.contracts import ChatMessage, Gate
 from deepanalyze_env.core.errors import ConfigError
+from deepanalyze_env.core.fold import Folded
 
 if TYPE_CHECKING:
     from deepanalyze_env.core.config import EnvConfig
@@ -59,6 +60,29 @@ class ActionFormat(ABC):
     stops_are_tags: ClassVar[bool] = (
         False  # its stop strings are protocol tags a tokenizer may hold as one token
     )
+    # (opening, closing) of the blocks a stop string closes, the one to close first when a
+    # server swallowed the stop string first (:meth:`put_back`)
+    blocks: ClassVar[tuple[tuple[str, str], ...]]
+
+    def cut(self, text: str, profile: Profile | None = None) -> str:
+        """The text cut: a turn up to and including its earliest stop string, read in the fold
+        (``Folded.cut_after``) — what a sampler stopped there leaves — or all of it. The env
+        reads every turn after it; offline policies cut local turns with it. ``profile``: the
+        env's profile, for a format whose profiles cut their own way."""
+        return Folded.of(text).cut_after(self.stop_strings)
+
+    def put_back(self, text: str, hint: str | None = None) -> str:
+        """The turn with the stop string a server swallowed put back. ``hint`` is the matched stop
+        string when the server names it (vLLM's ``stop_reason``); otherwise the block left open
+        is closed (the first of :attr:`blocks` that is). Text that already ends its block
+        (servers that include the stop string) comes back unchanged."""
+        if hint in self.stop_strings:
+            return text if text.endswith(hint) else text + hint
+        for opening, closing in self.blocks:
+            start = text.rfind(opening)
+            if start >= 0 and closing not in text[start:]:
+                return text + closing
+        return text
 
     @abstractmethod
     def read(self, text: str, profile: Profile) -> Action:

@@ -28,9 +28,16 @@ class TagsFormat(ActionFormat):
     prompt_file = "prompts/protocol.md"
     stop_strings = tuple(protocol.STOP_TAGS)
     stops_are_tags = True
+    # an <Answer> left open wins over an open <Code>, as the v1 cut reads the earliest stop
+    blocks = (("<Answer>", protocol.ANSWER_CLOSE), ("<Code>", protocol.CODE_CLOSE))
+
+    def cut(self, text: str, profile: Profile | None = None) -> str:
+        """The profile's cut (v1: the earliest stop tag, read in the fold; upstream: DeepAnalyze's
+        rule), the v1 cut without one."""
+        return profile.truncate(text) if profile is not None else super().cut(text)
 
     def read(self, text: str, profile: Profile) -> Action:
-        cut = profile.truncate(text)
+        cut = self.cut(text, profile)
         return Action(
             text=cut,
             message={"role": "assistant", "content": cut},
@@ -40,7 +47,7 @@ class TagsFormat(ActionFormat):
         )
 
     def read_at_eos(self, text: str, profile: Profile) -> Action:
-        cut = profile.truncate(text)
+        cut = self.cut(text, profile)
         return Action(
             text=cut,
             message={"role": "assistant", "content": cut},

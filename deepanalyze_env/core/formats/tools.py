@@ -34,9 +34,10 @@ class ToolsFormat(ActionFormat):
     name = "tools"
     prompt_file = "prompts/tools.md"
     stop_strings = tuple(tool_calls.STOP_STRINGS)
+    blocks = ((tool_calls.CALL_OPEN, tool_calls.CALL_CLOSE),)
 
     def read(self, text: str, profile: Profile) -> Action:
-        cut = tool_calls.truncate(text)
+        cut = self.cut(text)
         return self.from_call(tool_calls.parse_turn(cut), cut)
 
     def from_call(self, turn: ParsedTurn, raw: str | None) -> Action:
