@@ -81,11 +81,17 @@ KERNEL_THREAD_DEFAULTS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "
 KERNEL_PYTHON_FLAGS = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def kernel_environment() -> dict[str, str]:
+def kernel_environment(python: str | None = None) -> dict[str, str]:
+    """What the kernel server and its cells inherit. With the kernel's interpreter given by
+    path, its folder leads ``PATH``, so ``python3``/``pip`` that a cell runs are that venv's
+    (the stack's), not whatever the host's PATH finds first."""
     env = {k: v for k, v in os.environ.items() if k in KERNEL_ENV_ALLOWLIST or k.startswith("LC_")}
     for key, value in KERNEL_THREAD_DEFAULTS.items():
         env.setdefault(key, value)
     env.update(KERNEL_PYTHON_FLAGS)
+    if python and os.sep in python:
+        folder = os.path.dirname(os.path.abspath(python))  # not resolved: a venv's bin stays
+        env["PATH"] = os.pathsep.join(p for p in (folder, env.get("PATH")) if p)
     return env
 
 
@@ -157,7 +163,7 @@ class KernelServer:
                 stdout=subprocess.PIPE,
                 close_fds=True,
                 pass_fds=(theirs.fileno(),),
-                env=kernel_environment(),
+                env=kernel_environment(python),
             )
         except OSError as exc:
             self._chan.close()

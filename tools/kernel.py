@@ -329,7 +329,7 @@ class Kernel:
         # Stateless: the cell's deadline starts when the worker (which runs no policy code)
         # acknowledges it took the cell, so the time it spent ending the last cell's processes
         # is charged to nobody; until then the bound is START_LIMIT_S.
-        deadline = start + (self.timeout_s if self.stateful else START_LIMIT_S)
+        deadline = start + (self.timeout_s if self.stateful else max(START_LIMIT_S, self.timeout_s))
         self._seq += 1
         try:
             self._ctrl.setblocking(True)

@@ -57,6 +57,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 
 _HEADER = struct.Struct(">I")
 SPARES = 2
@@ -428,7 +429,7 @@ def _cell_child(code_r: int, out_w: int, status_w: int, workspace: str) -> None:
     if not data.startswith(_CODE_MARK):
         os._exit(0)  # the worker is going away: no cell to run
     code = data[len(_CODE_MARK) :].decode("utf-8", errors="surrogateescape")
-    status, error_type = _run_cell(code, {"__name__": "__main__", "__builtins__": builtins})
+    status, error_type = _run_cell(code, _fresh_main())
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()
@@ -437,6 +438,18 @@ def _cell_child(code_r: int, out_w: int, status_w: int, workspace: str) -> None:
     with contextlib.suppress(OSError):
         os.write(status_w, line)
     os._exit(0)
+
+
+def _fresh_main() -> dict:
+    """The cell's ``__main__``: a new module with no ``__file__`` (not this script, which the
+    cell's view hides), so ``multiprocessing``'s spawn and forkserver children do not try to
+    re-run the server, and a function the cell defines pickles by reference as it would in a
+    notebook; ``sys.argv`` holds no server settings."""
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = main
+    sys.argv = [""]
+    return main.__dict__
 
 
 def _relay(src: int, dst: int) -> bool:

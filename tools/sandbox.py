@@ -1112,6 +1112,21 @@ DENIED_SYSCALLS = (
     "msgsnd",
     "msgrcv",
     "msgctl",
+    # POSIX message queues outlive their process too, charged to a per-uid quota every episode
+    # shares; legacy AIO contexts draw on one host-wide quota (fs.aio-max-nr) no namespace or
+    # cgroup bounds. Nothing of the stack uses either.
+    "mq_open",
+    "mq_unlink",
+    "mq_timedsend",
+    "mq_timedreceive",
+    "mq_notify",
+    "mq_getsetattr",
+    "io_setup",
+    "io_destroy",
+    "io_submit",
+    "io_cancel",
+    "io_getevents",
+    "io_pgetevents",
 )
 # Calls that change a process's limits, priority, CPUs, scheduling, I/O class or memory
 # placement: refused (EPERM) unless they name the caller itself (pid 0), by the position of the

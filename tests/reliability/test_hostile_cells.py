@@ -711,6 +711,65 @@ def test_sysv_ipc_is_refused_and_posix_locks_work(workspace_root: Path):
         env.close()
 
 
+def test_posix_message_queues_and_legacy_aio_are_refused(workspace_root: Path):
+    """A POSIX message queue outlives its cell (a per-uid quota every episode shares) and a
+    legacy AIO context draws on one host-wide quota: cells cannot make either (x86_64 numbers:
+    mq_open 240, io_setup 206; both return -1)."""
+    env = make_env(workspace_root)
+    try:
+        out = env.step(
+            code(
+                "import ctypes\n"
+                "libc = ctypes.CDLL(None, use_errno=True)\n"
+                "ctx = ctypes.c_ulong(0)\n"
+                "mq = libc.syscall(240, b'/q', 0o100 | 2, 0o600, None)\n"
+                "print(mq, libc.syscall(206, 16, ctypes.byref(ctx)))\n"
+            )
+        )
+        assert _shown(out) == "-1 -1\n", _shown(out)
+    finally:
+        env.close()
+
+
+def test_a_cell_has_a_main_module_of_its_own(workspace_root: Path):
+    """The cell's ``__main__`` is a fresh module without a file, not the kernel server: a
+    function it defines pickles by reference (as in a notebook), a ``spawn`` pool starts
+    (its children would otherwise re-run the hidden server script, die and be restarted
+    forever), and ``sys.argv`` shows no server settings."""
+    env = make_env(workspace_root)
+    try:
+        out = env.step(
+            code(
+                "import multiprocessing as mp, pickle, sys\n"
+                "def f(x):\n"
+                "    return x\n"
+                "main = sys.modules['__main__']\n"
+                "print(pickle.loads(pickle.dumps(f)) is f, sys.argv, hasattr(main, '__file__'))\n"
+                "with mp.get_context('spawn').Pool(1) as pool:\n"
+                "    print(pool.map(abs, [-1, -2]))\n"
+            )
+        )
+        assert _shown(out) == "True [''] False\n[1, 2]\n", _shown(out)
+    finally:
+        env.close()
+
+
+def test_python_on_a_cells_path_is_the_kernels_interpreter(workspace_root: Path):
+    """``python3`` that a cell runs by name is the kernel's own interpreter (its venv's folder
+    leads PATH), not the host's first one, which may lack the stack."""
+    env = make_env(workspace_root)
+    try:
+        out = env.step(
+            code(
+                "import os, shutil, sys\n"
+                "print(os.path.dirname(shutil.which('python3')) == os.path.dirname(sys.executable))\n"
+            )
+        )
+        assert _shown(out) == "True\n", _shown(out)
+    finally:
+        env.close()
+
+
 def test_top_level_files_of_the_host_are_not_in_view(workspace_root: Path):
     """Files at ``/`` (``/container_info.json``, ``/.dockerenv``...) are covered like folders."""
     names = sorted(e.name for e in os.scandir("/") if e.is_file(follow_symlinks=False))
