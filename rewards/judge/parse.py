@@ -68,11 +68,13 @@ _VERDICT_LINE = re.compile(
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _CLOSING_FENCE = re.compile(r"\n?[ \t]*```[ \t]*\Z")
 _MAX_OPENINGS = 64
-_FLAT_OBJECT = re.compile(r"\{[^{}]*\}")
+_MAX_POLICY_OPENINGS = 256  # the most "{" a text is decoded from when looking for score objects
+_MAX_OBJECT_DEPTH = 8  # how deep inside a decoded object a score object is still looked for
 _WORD_GOES_ON = re.compile(r"[\w.]")
 _MIN_CUT_QUOTE = 12  # the least of a policy's verdict line a cut reply must end with to count
 _QUOTE_MARKS = ">-*\u2022 \t"  # what a judge puts before a line it quotes (after folding)
 _TAG = re.compile(r"<[^<>\n]*>")
+_OPENING = re.compile(r"\{|score")
 
 
 @dataclass(frozen=True)
@@ -134,20 +136,53 @@ def _quotes_a_policy_score(line: str, written: _Written) -> bool:
     )
 
 
-def policy_score_objects(policy_text: str) -> list[dict[str, object]]:
-    """Every flat JSON object naming a dimension that the policy wrote (keys lowered)."""
-    found = []
-    for match in _FLAT_OBJECT.finditer(fold(policy_text)):
-        blob = match.group()
-        if not any(d in blob.lower() for d in DIMENSIONS):
-            continue
-        try:
-            data = _load_lenient(blob)
-        except (json.JSONDecodeError, RecursionError):
-            continue
-        if isinstance(data, dict):
-            found.append({str(k).strip().lower(): v for k, v in data.items()})
+def _lowered(data: dict) -> dict[str, object]:
+    return {str(k).strip().lower(): v for k, v in data.items()}
+
+
+def _nested_dicts(data: object, depth: int = 0) -> list[dict]:
+    """``data`` when a dict, and the dicts inside it down to :data:`_MAX_OBJECT_DEPTH`."""
+    if depth > _MAX_OBJECT_DEPTH:
+        return []
+    values = data.values() if isinstance(data, dict) else data if isinstance(data, list) else ()
+    inner = [d for value in values for d in _nested_dicts(value, depth + 1)]
+    return [data, *inner] if isinstance(data, dict) else inner
+
+
+def _objects_in(folded: str) -> list[dict[str, object]]:
+    """Every JSON object naming a dimension in ``folded`` (keys lowered): decoded from each ``{``
+    (at most :data:`_MAX_POLICY_OPENINGS` of them, so hostile text costs a bounded number of
+    decodes), a decoded object's text skipped and the objects nested in it read from the decoded
+    value, so a brace inside a string or a nested object hides none. A trailing comma is read
+    as the verdict parser reads it (the text is decoded once more with them removed)."""
+    found: list[dict[str, object]] = []
+    decoder = json.JSONDecoder()
+    texts = [folded]
+    if _TRAILING_COMMA.search(folded):
+        texts.append(_TRAILING_COMMA.sub(r"\1", folded))
+    for text in texts:
+        position, tried = text.find("{"), 0
+        while position >= 0 and tried < _MAX_POLICY_OPENINGS:
+            tried += 1
+            try:
+                data, end = decoder.raw_decode(text, position)
+            except (ValueError, RecursionError):  # not JSON, or nested past the decoder's depth
+                position = text.find("{", position + 1)
+                continue
+            for obj in _nested_dicts(data):
+                lowered = _lowered(obj)
+                if any(d in lowered for d in DIMENSIONS) and lowered not in found:
+                    found.append(lowered)
+            position = text.find("{", end)
     return found
+
+
+def policy_score_objects(policy_text: str) -> list[dict[str, object]]:
+    """Every JSON object naming a dimension that the policy wrote (keys lowered), flat or not."""
+    folded = fold(policy_text)
+    if "{" not in folded or not any(d in folded.lower() for d in DIMENSIONS):
+        return []
+    return _objects_in(folded)
 
 
 def _snippet(reply: str, limit: int = 80) -> str:
@@ -350,9 +385,10 @@ def cut_quoting_policy(reply: str, policy_text: str) -> FromPolicy | None:
     while quoting the policy's verdicts: a line of it, quote and list marks aside, is one of the
     policy's verdict-holding lines verbatim, or mentions a ``SCORE:`` whose value the policy wrote
     on a line that opens with it, tags and decoration aside (``SCORE: 5``, ``<Analyze>SCORE: 5``,
-    as a flood has it); or it holds a flat score object the policy wrote; or it stops inside one
-    (its last line, at least :data:`_MIN_CUT_QUOTE` characters, begins a verdict-holding line of
-    the policy's: a score object with a 6,000-character note, cut before its end). A flood of
+    as a flood has it); or it holds a score object the policy wrote; or it stops inside one
+    (its last line, from its start or from a ``{`` or ``score`` in it, holds at least
+    :data:`_MIN_CUT_QUOTE` characters that begin a verdict-holding line of the policy's: a score
+    object with a 6,000-character note, cut before its end, quoted after ``The candidate wrote:``). A flood of
     verdict lines, or one long one, chooses that cut. A value the policy printed only inside
     other text (``mean score: 4.2`` in a table) does not make a mention of it a quote: an honest
     episode is not the cause of a judge talking past its limit. A cut reply without the policy's
@@ -378,23 +414,43 @@ def cut_quoting_policy(reply: str, policy_text: str) -> FromPolicy | None:
                 f"verdicts ({_snippet(quoted)!r}): scored 0"
             )
     objects = policy_score_objects(policy_text) if "{" in folded else []
-    for match in _FLAT_OBJECT.finditer(folded) if objects else ():
-        try:
-            data = _load_lenient(match.group())
-        except (json.JSONDecodeError, RecursionError):
-            continue
-        if isinstance(data, dict) and {str(k).strip().lower(): v for k, v in data.items()} in objects:
-            return FromPolicy(
-                "the judge's reply was cut by the token limit while quoting a score object the "
-                "episode wrote: scored 0"
-            )
-    last = folded.rstrip().rsplit("\n", 1)[-1].strip().lstrip(_QUOTE_MARKS).strip().lower()
-    if len(last) >= _MIN_CUT_QUOTE and any(len(v) > len(last) and v.startswith(last) for v in verdict_lines):
+    if objects and any(obj in objects for obj in _objects_in(folded)):
+        return FromPolicy(
+            "the judge's reply was cut by the token limit while quoting a score object the "
+            "episode wrote: scored 0"
+        )
+    last = folded.rstrip().rsplit("\n", 1)[-1].strip().lower()
+    if _begins_a_verdict(last, verdict_lines):
         return FromPolicy(
             "the judge's reply was cut by the token limit inside a verdict the episode wrote "
             f"({_snippet(last)!r}): scored 0"
         )
     return None
+
+
+def _openings(line: str, most: int) -> list[int]:
+    """Where in ``line`` (folded, lowered) a verdict line or object could begin: its start, and
+    each ``{`` and each ``score`` (the first ``most`` of them)."""
+    found = []
+    for match in _OPENING.finditer(line):
+        if len(found) >= most:
+            break
+        found.append(match.start())
+    return [0, *found]
+
+
+def _begins_a_verdict(last: str, verdict_lines: set[str]) -> bool:
+    """``last`` — a cut reply's last line, folded and lowered — holds, from its start (quote marks
+    aside) or from any ``{`` or ``score`` in it to its end, at least :data:`_MIN_CUT_QUOTE`
+    characters that begin one of the policy's verdict lines (from that line's start, quote marks
+    aside, or from a ``{`` or ``score`` in it): a judge cut while quoting the policy's verdict,
+    whatever it wrote before the quote on that line (``The candidate wrote: {…``, ``"``, ``1.``)."""
+    tails = {last[at:].lstrip(_QUOTE_MARKS) for at in _openings(last, _MAX_OPENINGS)}
+    tails = {t for t in tails if len(t) >= _MIN_CUT_QUOTE}
+    if not tails:
+        return False
+    heads = {line[at:].lstrip(_QUOTE_MARKS) for line in verdict_lines for at in _openings(line, 8)}
+    return any(len(head) > len(tail) and head.startswith(tail) for tail in tails for head in heads)
 
 
 def _holds_a_verdict(line: str) -> bool:
