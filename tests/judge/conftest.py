@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from deepanalyze_env.core.env import DeepAnalyzeEnv
 from rewards.judge import JudgeClient, JudgeSession, JudgeSettings
 from rewards.judge.fake_server import FakeJudgeServer
 
@@ -66,3 +67,37 @@ def make_client(server: FakeJudgeServer, api_key: str) -> Iterator[Callable[...,
 @pytest.fixture
 def session(make_client: Callable[..., JudgeClient]) -> JudgeSession:
     return JudgeSession(make_client())
+
+
+QUESTION = "Which store has the highest revenue?"
+
+
+def qa_env(
+    root: Any,
+    judge: dict[str, Any],
+    *,
+    question: str = QUESTION,
+    prefix: list | None = None,
+    timeout_s: float = 5,
+    **config: Any,
+) -> DeepAnalyzeEnv:
+    """An initialised qa episode (ground truth ``B``) over the shipped ``ws`` workspace whose
+    judge is an OpenAI-compatible server (``judge`` is merged into its settings, no retries):
+    the episode the judge's end-to-end tests play."""
+    env_config = {
+        "workspace_root": str(root),
+        "executor": {"timeout_s": timeout_s},
+        "judge": {"backend": "openai", "model": "j", "max_retries": 0, **judge},
+        **config,
+    }
+    extras: dict[str, Any] = {
+        "reward_spec": {"method": "qa", "ground_truth": "B"},
+        "data": "data",
+        "workspace_id": "ws",
+        "input_seq": question,
+    }
+    if prefix is not None:
+        extras["prefix"] = prefix
+    env = DeepAnalyzeEnv(env_config, extras=extras)
+    env.init([{"role": "user", "content": question}])
+    return env

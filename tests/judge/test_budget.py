@@ -31,26 +31,13 @@ from rewards.judge.budget import (
 from rewards.judge.fake_server import FakeJudgeServer
 from rewards.judge.transcript import Part, Transcript
 from tests.conftest import code, play
+from tests.judge.conftest import QUESTION, qa_env
 
-QUESTION = "Which store has the highest revenue?"
 MARKER = re.compile(r"<<<([\d,]+) CHARACTERS OF THIS OUTPUT ELIDED [0-9a-f]{16}>>>")
 
 
 def make_env(root: Path, judge: dict, *, question: str = QUESTION) -> DeepAnalyzeEnv:
-    config = {
-        "workspace_root": str(root),
-        "executor": {"timeout_s": 10},
-        "judge": {"backend": "openai", "model": "j", "max_retries": 0, **judge},
-    }
-    extras = {
-        "reward_spec": {"method": "qa", "ground_truth": "B"},
-        "data": "data",
-        "workspace_id": "ws",
-        "input_seq": question,
-    }
-    env = DeepAnalyzeEnv(config, extras=extras)
-    env.init([{"role": "user", "content": question}])
-    return env
+    return qa_env(root, judge, question=question, timeout_s=10)
 
 
 def analysis_prompts(server: FakeJudgeServer) -> list[str]:

@@ -19,28 +19,11 @@ from rewards import RewardContext, RewardPlan
 from rewards.judge import JudgeSession
 from rewards.judge.fake_server import FakeJudgeServer, Reply
 from tests.conftest import code, play
+from tests.judge.conftest import qa_env
 
-QUESTION = "Which store has the highest revenue?"
 
-
-def make_env(root: Path, judge_url: str, *, prefix=None, **config) -> DeepAnalyzeEnv:
-    config = {
-        "workspace_root": str(root),
-        "executor": {"timeout_s": 5},
-        "judge": {"backend": "openai", "base_url": judge_url, "model": "j", "max_retries": 0},
-        **config,
-    }
-    extras = {
-        "reward_spec": {"method": "qa", "ground_truth": "B"},
-        "data": "data",
-        "workspace_id": "ws",
-        "input_seq": QUESTION,
-    }
-    if prefix is not None:
-        extras["prefix"] = prefix
-    env = DeepAnalyzeEnv(config, extras=extras)
-    env.init([{"role": "user", "content": QUESTION}])
-    return env
+def make_env(root: Path, judge_url: str, *, prefix=None, judge=None, **config) -> DeepAnalyzeEnv:
+    return qa_env(root, judge if judge is not None else {"base_url": judge_url}, prefix=prefix, **config)
 
 
 def trajectory_section(prompt: str) -> str:

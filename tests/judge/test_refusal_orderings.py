@@ -17,30 +17,15 @@ import pytest
 from deepanalyze_env.core.env import DeepAnalyzeEnv
 from rewards.judge.fake_server import FakeJudgeServer, Reply
 from tests.conftest import code, play
+from tests.judge.conftest import qa_env
 
-QUESTION = "Which store has the highest revenue?"
 TRIGGER = "TRIGGER-c0ntent"
 CONTENT_400 = "Invalid prompt: your prompt was flagged as potentially violating our usage policy."
 ANSWER_B = "<Analyze>done</Analyze>\n<Answer>Answer: B</Answer>"
 
 
 def make_env(root: Path, url: str, *, prefix: list | None = None, **judge) -> DeepAnalyzeEnv:
-    config = {
-        "workspace_root": str(root),
-        "executor": {"timeout_s": 5},
-        "judge": {"backend": "openai", "base_url": url, "model": "j", "max_retries": 0, **judge},
-    }
-    extras = {
-        "reward_spec": {"method": "qa", "ground_truth": "B"},
-        "data": "data",
-        "workspace_id": "ws",
-        "input_seq": QUESTION,
-    }
-    if prefix is not None:
-        extras["prefix"] = prefix
-    env = DeepAnalyzeEnv(config, extras=extras)
-    env.init([{"role": "user", "content": QUESTION}])
-    return env
+    return qa_env(root, {"base_url": url, **judge}, prefix=prefix)
 
 
 def recorded_prefix(root: Path, url: str, *turns: str) -> list[dict]:

@@ -17,27 +17,15 @@ from deepanalyze_env.core.env import DeepAnalyzeEnv
 from rewards.judge.backends import content_refusal_of
 from rewards.judge.fake_server import FakeJudgeServer, Reply
 from tests.conftest import code, play
+from tests.judge.conftest import QUESTION, qa_env
 
 TRIGGER = "TRIGGER-c0ntent"
 OPENAI_400 = "Invalid prompt: your prompt was flagged as potentially violating our usage policy."
 AZURE_400 = "The response was filtered due to the prompt triggering Azure OpenAI's content management policy."
 
 
-def make_env(root: Path, url: str, question: str = "Which store has the highest revenue?") -> DeepAnalyzeEnv:
-    config = {
-        "workspace_root": str(root),
-        "executor": {"timeout_s": 5},
-        "judge": {"backend": "openai", "base_url": url, "model": "j", "max_retries": 0},
-    }
-    extras = {
-        "reward_spec": {"method": "qa", "ground_truth": "B"},
-        "data": "data",
-        "workspace_id": "ws",
-        "input_seq": question,
-    }
-    env = DeepAnalyzeEnv(config, extras=extras)
-    env.init([{"role": "user", "content": question}])
-    return env
+def make_env(root: Path, url: str, question: str = QUESTION) -> DeepAnalyzeEnv:
+    return qa_env(root, {"base_url": url}, question=question)
 
 
 @pytest.mark.parametrize(
