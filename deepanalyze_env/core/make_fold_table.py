@@ -28,7 +28,11 @@ there wins over both):
 - glyphs Unicode lists as no look-alike of ASCII that a reader still takes for chevrons
   (:data:`GLYPHS`: ``⫷`` for ``<<<``, ``⪡`` and ``⪻`` for ``<<``, ``≺ ⋖ ⩹`` for ``<``), a blank
   that shows as a space (``⠀`` BRAILLE PATTERN BLANK) and low lines (``ˍ``, ``‗``, whose NFKC is
-  a space and a combining mark) for ``_``;
+  a space and a combining mark) for ``_``; ``⊲ ◁ ˱ ⪦ ᐊ`` (and their right-hand twins) for ``<``/``>``,
+  ``▁ ⎽`` for ``_``, ``⦂`` for ``:``;
+- enclosed digits (:data:`ENCLOSED_DIGIT_BLOCKS`: circled, parenthesized, dingbat ``➎ ⑸ ⓹``), read
+  as their number, so ``SCORE: ➎`` is a ``SCORE: 5`` (NFKC reads ``⑤`` as ``5`` but ``⑸`` as
+  ``(5)`` and leaves ``➎`` alone);
 - Unicode TAG characters U+E0020–U+E007E (:data:`TAG_RANGE`), read as the ASCII they shadow:
   invisible to a person, but several LLMs decode them ("ASCII smuggling"), so a marker, tag or
   ``SCORE: 5`` spelt in them must be found, not removed unseen. LANGUAGE TAG and CANCEL TAG
@@ -77,10 +81,31 @@ GLYPHS = {
     "\u22d7": ">",  # ⋗
     "\u2a79": "<",  # ⩹ LESS-THAN WITH CIRCLE INSIDE
     "\u2a7a": ">",  # ⩺
+    "\u22b2": "<",  # ⊲ NORMAL SUBGROUP OF (red team, round 3: these five pairs)
+    "\u22b3": ">",  # ⊳
+    "\u25c1": "<",  # ◁ WHITE LEFT-POINTING TRIANGLE
+    "\u25b7": ">",  # ▷
+    "\u02f1": "<",  # ˱ MODIFIER LETTER LOW LEFT ARROWHEAD
+    "\u02f2": ">",  # ˲
+    "\u2aa6": "<",  # ⪦ LESS-THAN CLOSED BY CURVE
+    "\u2aa7": ">",  # ⪧
+    "\u140a": "<",  # ᐊ CANADIAN SYLLABICS A
+    "\u1405": ">",  # ᐅ CANADIAN SYLLABICS O
+    "\u2982": ":",  # ⦂ Z NOTATION TYPE COLON
+    "\u2581": "_",  # ▁ LOWER ONE EIGHTH BLOCK
+    "\u23bd": "_",  # ⎽ HORIZONTAL SCAN LINE-9
     "\u2800": " ",  # BRAILLE PATTERN BLANK (shows as a space)
     "\u02cd": "_",  # ˍ MODIFIER LETTER LOW MACRON
     "\u2017": "_",  # ‗ DOUBLE LOW LINE (NFKC: a space and a combining mark)
 }
+# blocks of enclosed digits (circled, parenthesized, dingbat), each read as its number (➎ → 5, ⑸ → 5)
+ENCLOSED_DIGIT_BLOCKS = (
+    (0x2460, 0x24FF),
+    (0x2776, 0x2793),
+    (0x3251, 0x325F),
+    (0x32B1, 0x32BF),
+    (0x1F100, 0x1F10C),
+)
 TAG_RANGE = (0xE0020, 0xE007E)  # TAG SPACE .. TAG TILDE: U+E0000 + the ASCII code they shadow
 
 SMALL_CAPITAL = "LATIN LETTER SMALL CAPITAL "
@@ -116,6 +141,12 @@ def read_as() -> dict[str, str]:
     """The readings that win over NFKC: :data:`GLYPHS` and the TAG characters as ASCII."""
     out = dict(GLYPHS)
     out.update({chr(code): chr(code - 0xE0000) for code in range(TAG_RANGE[0], TAG_RANGE[1] + 1)})
+    for low, high in ENCLOSED_DIGIT_BLOCKS:
+        for code in range(low, high + 1):
+            char = chr(code)
+            value = unicodedata.numeric(char, None)
+            if unicodedata.category(char) == "No" and value is not None and value == int(value):
+                out.setdefault(char, str(int(value)))
     return dict(sorted(out.items()))
 
 
