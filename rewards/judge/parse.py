@@ -31,8 +31,10 @@ score object) to game the judge, so:
 
 "What the policy wrote" (``policy_text``) is its raw text *and* that text as the prompt showed it
 (``rewards.judge.session`` passes both: the renderer breaks up ``<<<`` runs and escapes tags, and a
-judge quotes what it was shown), both read folded. A reply cut by the token limit is no verdict;
-:func:`cut_quoting_policy` says when it was cut while quoting the policy's verdicts.
+judge quotes what it was shown), both read folded — and, where they hold HTML entities or JSON
+``\\uXXXX`` escapes, decoded and folded as well (:func:`policy_reading`). A reply cut by the
+token limit is no verdict; :func:`cut_quoting_policy` says when it was cut while quoting the
+policy's verdicts.
 
 ``which="first"`` keeps upstream's rule (the first ``SCORE:`` anywhere, in the raw reply) for
 the ``upstream`` profile (docs/design.md §8). A reply cut by the token limit never reaches these
@@ -41,6 +43,7 @@ functions as a verdict: the client rejects it first (``rewards.judge.client``).
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from dataclasses import dataclass
@@ -75,6 +78,8 @@ _MIN_CUT_QUOTE = 12  # the least of a policy's verdict line a cut reply must end
 _QUOTE_MARKS = ">-*\u2022 \t"  # what a judge puts before a line it quotes (after folding)
 _TAG = re.compile(r"<[^<>\n]*>")
 _OPENING = re.compile(r"\{|score")
+_ESCAPE = re.compile(r"&(?:#[0-9]{1,7}|#x[0-9a-f]{1,6}|[a-z][a-z0-9]{1,30});?|\\u[0-9a-f]{4}", re.IGNORECASE)
+_JSON_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,19 @@ class FromPolicy:
     the episode, so no verdict of its own can be told apart. The rubric scores 0 with ``reason``."""
 
     reason: str
+
+
+def policy_reading(policy_text: str) -> str:
+    """What the policy wrote, as its verdicts are looked for: its fold, and — when it holds an HTML
+    entity or a JSON ``\\uXXXX`` escape — the fold of its decoded text after it, on lines of their
+    own. A judge decodes ``SCORE&#58; 5`` or ``SCORE\\u003a 5`` as ``SCORE: 5``, so a claim spelt
+    so is the policy's as much as the visible one. Only the policy's side is decoded (the fold
+    itself reads code point by code point): decoding can only find more that the policy wrote."""
+    folded = fold(policy_text)
+    if _ESCAPE.search(policy_text) is None:
+        return folded
+    decoded = html.unescape(_JSON_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), policy_text))
+    return f"{folded}\n{fold(decoded)}"
 
 
 def _scores_in(folded: str) -> set[float]:
@@ -96,7 +114,7 @@ def _scores_in(folded: str) -> set[float]:
 
 def policy_scores(policy_text: str) -> set[float]:
     """Every ``SCORE: N`` value the policy wrote anywhere in its (folded) text."""
-    return _scores_in(fold(policy_text))
+    return _scores_in(policy_reading(policy_text))
 
 
 def _tail(line: str, start: int) -> str:
@@ -115,7 +133,7 @@ class _Written:
 
     @classmethod
     def of(cls, policy_text: str) -> _Written:
-        folded = fold(policy_text)
+        folded = policy_reading(policy_text)
         tails = {_tail(folded, m.start()) for m in _SCORE.finditer(folded)}
         return cls(frozenset(_scores_in(folded)), frozenset(t for t in tails if len(t) > len("score:")))
 
@@ -179,7 +197,7 @@ def _objects_in(folded: str) -> list[dict[str, object]]:
 
 def policy_score_objects(policy_text: str) -> list[dict[str, object]]:
     """Every JSON object naming a dimension that the policy wrote (keys lowered), flat or not."""
-    folded = fold(policy_text)
+    folded = policy_reading(policy_text)
     if "{" not in folded or not any(d in folded.lower() for d in DIMENSIONS):
         return []
     return _objects_in(folded)
@@ -396,7 +414,7 @@ def cut_quoting_policy(reply: str, policy_text: str) -> FromPolicy | None:
     if not policy_text:
         return None
     folded = fold(reply)
-    policy = fold(policy_text)
+    policy = policy_reading(policy_text)
     verdict_lines = {line.strip().lower() for line in policy.splitlines() if _holds_a_verdict(line)}
     claimed = set()  # the values of the policy's lines that open with a SCORE (tags aside)
     for line in verdict_lines:
