@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deepanalyze_env.core.fold import Folded, _classes, fold, fold_char, original_range, spans
+from deepanalyze_env.core.fold import Folded, _classes, fold, fold_char, spans
 from deepanalyze_env.core.make_fold_table import confusables, ignorable_ranges, read_as
 
 # Hand-listed: (policy-written text, how it must read). Each line names the trick.
@@ -161,17 +161,17 @@ def test_spans_map_a_folded_piece_back_to_the_characters_typed(text, data):
     assert fold(text)[starts[i] : starts[j]] == fold(text[i:j])
 
 
-def test_original_range_covers_an_invisible_character_inside_a_match():
+def test_covering_holds_an_invisible_character_inside_a_match():
     text = "ab<\u200bExecute>cd"
     folded = fold(text)
     begin, end = folded.index("<Execute>"), folded.index("<Execute>") + len("<Execute>")
-    first, last = original_range(spans(text), begin, end)
+    first, last = Folded.of(text).covering(begin, end)
     assert text[first:last] == "<\u200bExecute>"
 
 
-def test_original_range_of_a_character_that_folds_to_two():
+def test_covering_of_a_character_that_folds_to_two():
     text = "x\u00abEND"  # « reads as <<
-    first, last = original_range(spans(text), 2, 3)  # the second '<' of the fold
+    first, last = Folded.of(text).covering(2, 3)  # the second '<' of the fold
     assert text[first:last] == "\u00ab"
 
 
@@ -296,6 +296,11 @@ def test_the_sparse_map_agrees_with_the_dense_one(text, at):
     end = min(at + 3, len(reading.folded))
     first, last = bisect.bisect_left(starts, at), bisect.bisect_right(starts, end) - 1
     assert reading.raw_slice(at, end) == text[first : max(first, last)]
+    if end > at:
+        assert reading.covering(at, end) == (
+            bisect.bisect_right(starts, at) - 1,
+            bisect.bisect_right(starts, end - 1),
+        )
 
 
 @settings(max_examples=200)

@@ -26,8 +26,9 @@ character that folds (one regex scan in C), are returned as they are:
    generated once by ``core/make_fold_table.py`` into ``core/fold_table.py``.
 
 Per code point, so ``fold(a + b) == fold(a) + fold(b)``: a match found in the fold maps back to
-the characters the policy typed (:func:`spans`, :class:`Folded`), which is what lets the judge
-transcript escape a look-alike tag where it stands. (Whole-string NFKC would also compose
+the characters the policy typed (:class:`Folded`; :func:`spans` is the same map kept dense,
+the tests' oracle), which is what lets the judge transcript escape a look-alike tag where it
+stands. (Whole-string NFKC would also compose
 combining sequences; a composition never yields ASCII, so no tag is found or missed by the
 difference.)
 
@@ -167,15 +168,6 @@ def spans(text: str) -> list[int]:
     return starts
 
 
-def original_range(starts: list[int], begin: int, end: int) -> tuple[int, int]:
-    """The characters of the original text whose folds cover ``fold(text)[begin:end]``
-    (``end > begin``), with ``starts`` from :func:`spans`: ``text[i:j]``. Characters that fold to
-    nothing inside the range are in it; those at its edges are not."""
-    first = bisect.bisect_right(starts, begin) - 1
-    last = bisect.bisect_right(starts, end - 1) - 1
-    return first, last + 1
-
-
 @dataclass(frozen=True)
 class Folded:
     """A policy text and its fold: tags are found in ``folded``, and what the policy wrote is cut
@@ -221,6 +213,13 @@ class Folded:
         there or later; ``after``: the index just past the character that holds ``at - 1``
         (where a cut after a tag ending at ``at`` falls)."""
         return self._first(at - 1, past=True) if after else self._first(at, past=False)
+
+    def covering(self, begin: int, end: int) -> tuple[int, int]:
+        """The raw characters whose folds cover ``folded[begin:end]`` (``end > begin``), as
+        ``(i, j)`` for ``raw[i:j]``: a character that is part of the range (``«`` read as ``<<``)
+        is in it whole, and characters that fold to nothing are in it inside the range but not
+        at its edges — what a look-alike tag spans where the policy typed it."""
+        return self._first(begin, past=True) - 1, self._first(end - 1, past=True)
 
     def raw_slice(self, begin: int, end: int) -> str:
         """The raw characters whose folds lie within ``folded[begin:end]``: a character that is

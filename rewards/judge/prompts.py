@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from deepanalyze_env.core.fold import fold, original_range, spans
+from deepanalyze_env.core.fold import Folded, fold
 from deepanalyze_env.core.protocol import OBSERVATION_TAG
 from rewards.judge.errors import JudgeConfigError
 from rewards.judge.transcript import Transcript
@@ -140,10 +140,10 @@ def validate_prompts(prompt_dir: str | Path | None = None, names: tuple[str, ...
 def _rewrite(text: str, folded: str, found: list[tuple[int, int, str]]) -> str:
     """``text`` with each ``(begin, end, replacement)`` of its fold replaced: the characters
     the policy typed whose folds cover ``folded[begin:end]`` give way to ``replacement``."""
-    starts = None if folded is text else spans(text)  # ASCII: the fold is the text
+    reading = None if folded is text else Folded.of(text)  # ASCII: the fold is the text
     pieces, pos = [], 0
     for begin, end, replacement in found:
-        first, last = (begin, end) if starts is None else original_range(starts, begin, end)
+        first, last = (begin, end) if reading is None else reading.covering(begin, end)
         pieces += [text[pos:first], replacement]
         pos = last
     return "".join([*pieces, text[pos:]])
