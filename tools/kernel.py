@@ -443,20 +443,13 @@ class Kernel:
     def _take_ack(self, pending: bytearray) -> bool:
         """Remove the worker's acknowledgement of the current cell from ``pending``; False while
         incomplete. Any other first frame is a violation."""
-        if len(pending) < 4:
+        frame = _frame(pending, "an acknowledgement")
+        if frame is None:
             return False
-        length = int.from_bytes(pending[:4], "big")
-        if length > MAX_REPLY_BYTES:
-            raise ProtocolViolation(f"a frame announced {length} bytes (cap {MAX_REPLY_BYTES})")
-        if len(pending) < 4 + length:
-            return False
-        try:
-            ack = json.loads(bytes(pending[4 : 4 + length]).decode("utf-8"))
-        except ValueError as exc:
-            raise ProtocolViolation("an acknowledgement that is not JSON") from exc
+        ack, size = frame
         if ack != {"seq": self._seq, "started": True}:
             raise ProtocolViolation("a first frame that is not the acknowledgement of this cell")
-        del pending[: 4 + length]
+        del pending[:size]
         return True
 
     def _close_proc_fds(self) -> None:
@@ -518,19 +511,12 @@ class Kernel:
     def _parse_reply(self, pending: bytearray) -> dict | None:
         """One reply frame from ``pending``, None while incomplete. Anything but exactly one
         well-formed frame for the current request is a violation: bytes a cell wrote itself."""
-        if len(pending) < 4:
+        frame = _frame(pending, "a reply frame")
+        if frame is None:
             return None
-        length = int.from_bytes(pending[:4], "big")
-        if length > MAX_REPLY_BYTES:
-            raise ProtocolViolation(f"a reply frame announced {length} bytes (cap {MAX_REPLY_BYTES})")
-        if len(pending) < 4 + length:
-            return None
-        if len(pending) > 4 + length:
+        reply, size = frame
+        if len(pending) > size:
             raise ProtocolViolation("bytes after the reply frame")
-        try:
-            reply = json.loads(bytes(pending[4:]).decode("utf-8"))
-        except ValueError as exc:
-            raise ProtocolViolation("a reply frame that is not JSON") from exc
         if not isinstance(reply, dict) or reply.get("seq") != self._seq:
             raise ProtocolViolation("a reply frame for another request")
         # "crashed": a stateless worker saw its cell's process die without reporting the cell.
@@ -611,6 +597,23 @@ class Kernel:
 
     def close(self) -> None:
         self._kill()
+
+
+def _frame(pending: bytearray, what: str) -> tuple[object, int] | None:
+    """The first length-prefixed JSON frame of ``pending`` (the wire format of
+    ``tools.kernel_server.send_msg``) and its size in bytes, None while incomplete. A frame over
+    :data:`MAX_REPLY_BYTES` or not JSON is a violation: bytes a cell wrote itself."""
+    if len(pending) < 4:
+        return None
+    length = int.from_bytes(pending[:4], "big")
+    if length > MAX_REPLY_BYTES:
+        raise ProtocolViolation(f"{what} announced {length} bytes (cap {MAX_REPLY_BYTES})")
+    if len(pending) < 4 + length:
+        return None
+    try:
+        return json.loads(bytes(pending[4 : 4 + length]).decode("utf-8")), 4 + length
+    except ValueError as exc:
+        raise ProtocolViolation(f"{what} that is not JSON") from exc
 
 
 def _warn_no_memory_cgroup(memory_mb: int | None) -> None:
